@@ -1,0 +1,55 @@
+# crewlet — every target installs what it needs first; nothing else is required on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CREWLET_URL ?= http://127.0.0.1:8080
+export CREWLET_URL
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+.PHONY: install
+install: $(STAMP) ## Create .venv and install crewlet with its dev tools (idempotent)
+
+.PHONY: run
+run: install ## Start one node with the example company on the embedded broker, and show it working
+	@$(BIN)/python -m crewlet.demo
+
+.PHONY: test
+test: install ## Run the whole test suite (real nats-server, real node processes)
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+
+.PHONY: lint
+lint: install ## ruff + mypy + import contracts
+	$(BIN)/ruff check shared services crewlet tests bench
+	$(BIN)/ruff format --check shared services crewlet tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
+
+.PHONY: format
+format: install ## Format the code
+	$(BIN)/ruff format shared services crewlet tests bench
+	$(BIN)/ruff check --fix shared services crewlet tests bench
+
+.PHONY: typecheck
+typecheck: install ## mypy --strict over shared, services, crewlet
+	$(BIN)/mypy
+
+.PHONY: fleet-status
+fleet-status: install ## Print the fleet as the node at CREWLET_URL sees it
+	@$(BIN)/crewlet fleet status --url "$(CREWLET_URL)"
+
+.PHONY: all
+all: lint test ## lint + test

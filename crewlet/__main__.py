@@ -1,0 +1,5 @@
+"""``python -m crewlet`` runs the CLI."""
+
+from crewlet.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""``crewlet fleet status`` / ``make fleet-status``: print a node's ``GET /fleet`` (FL-7).
+
+Exit 0 when the node answered; 1 when it could not be reached or answered 503 (lease store
+unavailable); 2 for a refused token.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["show"]
+
+
+def show(url: str, token: str, *, as_json: bool = False, console: Console | None = None) -> int:
+    """Fetch ``{url}/fleet`` and print it.
+
+    Args:
+        url: The node's base URL.
+        token: A bearer token with ``state:read``.
+        as_json: Print the raw JSON instead of tables.
+        console: Where to print (stdout by default).
+
+    Returns:
+        The exit code.
+    """
+    out = console or Console(width=120)
+    try:
+        with httpx.Client(timeout=10.0) as client:
+            r = client.get(url.rstrip("/") + "/fleet", headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as e:
+        out.print(f"cannot reach {url}: {e}")
+        return 1
+    if r.status_code in (401, 403):
+        out.print(f"{url} refused the token ({r.status_code}); set CREWLET_API_TOKEN")
+        return 2
+    if r.status_code != 200:
+        out.print(f"{url}/fleet answered {r.status_code}: {r.text}")
+        return 1
+    view: dict[str, Any] = r.json()
+    if as_json:
+        out.print_json(json.dumps(view))
+        return 0
+    nodes = Table(title=f"nodes (asked {view.get('asked', url)})")
+    for col in ("node", "roles", "labels", "broker", "protocol", "posture", "epoch", "seats", "in flight"):
+        nodes.add_column(col)
+    for n in view.get("nodes", []):
+        labels = ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items()))
+        nodes.add_row(str(n["id"]), ",".join(n.get("roles", [])), labels, str(n.get("broker")),
+                      str(n.get("protocol")), str(n.get("posture")), str(n.get("applied_epoch", "")),
+                      str(n.get("seats_held", "")), str(n.get("in_flight", "")))
+    out.print(nodes)
+    seats = Table(title="seats")
+    for col in ("seat", "node", "epoch", "renewed at"):
+        seats.add_column(col)
+    for s in view.get("seats", []):
+        seats.add_row(s["seat"], s["node"], str(s["epoch"]), s.get("renewed_at", ""))
+    for h in view.get("unowned_seats", []):
+        seats.add_row(h, "(unowned)", "", "")
+    out.print(seats)
+    if view.get("duties"):
+        duties = Table(title="duties")
+        for col in ("duty", "node", "epoch"):
+            duties.add_column(col)
+        for d in view["duties"]:
+            duties.add_row(d["duty"], d["node"], str(d["epoch"]))
+        out.print(duties)
+    out.print("unmanned roles: " + (", ".join(view.get("unmanned_roles", [])) or "none"))
+    if view.get("unplaceable_seats"):
+        out.print("unplaceable seats: " + ", ".join(view["unplaceable_seats"]))
+    return 0

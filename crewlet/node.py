@@ -1,0 +1,214 @@
+"""The node runner: one OS process, the chosen roles mounted into one FastAPI app on one loop (FL-1).
+
+Boot order (FL-129: the listener comes up before anything is claimed):
+
+1. the HTTP listener starts (probes answer; ``/ready`` is 503 ``unconfigured``);
+2. the broker: the embedded child nats-server is spawned, or the external cluster dialled (FL-2..FL-4);
+3. the coordination buckets are created or adopted (FL-35), or the in-process store for ``local``;
+4. the company document is applied (CO-4: the file given is a seed);
+5. the presence lease ``node:{id}`` is claimed (FL-42);
+6. each role's start work runs, ``data → ingress → seats → workers``; then ``/ready`` is 200.
+
+The first SIGTERM/SIGINT drains (FL-129): admission stops, ``/ready`` answers 503 ``draining``,
+roles drain in reverse order while the listener stays open, presence is released last (FL-47),
+the listener closes, OTLP is flushed, the broker link is closed and an embedded child stopped;
+exit 0. A second signal exits at once (FL-130). The embedded broker dying is fatal (FL-4): the
+node exits 1 so its supervisor restarts it.
+
+Exit codes: 0 after a drain; 1 when a dependency failed (broker unreachable, child died);
+2 when the configuration or the broker refused this node (a usage error that a retry won't fix);
+130/143 on a second signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import os
+import signal
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from shared import broker, coordination, leases, logs
+from shared.config import ALL_ROLES, NodeConfig
+from shared.errors import CrewletError
+from shared.runtime import PROTOCOL_VERSION, NodeContext, RoleService, install_error_handlers, probes_router
+
+__all__ = ["build_app", "run_node"]
+
+_log = logs.get("node")
+ROLE_ORDER = ("data", "ingress", "seats", "workers")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handlers: the node decides what a signal means (FL-129)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def load_roles(ctx: NodeContext) -> list[RoleService]:
+    """Import and build the role services of ``ctx``'s role set, in boot order."""
+    out = []
+    for name in ROLE_ORDER:
+        if name in ctx.cfg.roles:
+            module = importlib.import_module(f"services.{name}")
+            out.append(module.service(ctx))
+    return out
+
+
+def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
+    """Mount the probes on every node and the roles' routers (only ``ingress`` has API routes, FL-16)."""
+    app = FastAPI(title=f"crewlet node {ctx.node_id}", version="0.1.0")
+    install_error_handlers(app)
+    app.include_router(probes_router(ctx))
+    for role in roles:
+        if role.router is not None:
+            app.include_router(role.router)
+    app.state.ctx = ctx
+    return app
+
+
+async def _open_coordination(ctx: NodeContext) -> coordination.Coordination:
+    cfg = ctx.cfg
+    ttl = timedelta(seconds=cfg.coordination.lease_ttl_seconds)
+    if cfg.coordination.type == "local":
+        _log.info("seat_placement_is_process_local")
+        return coordination.MemoryCoordination(lease_ttl=ttl)
+    assert ctx.link is not None
+    return await coordination.provision(
+        ctx.link.js, prefix=cfg.coordination.bucket_prefix, replicas=cfg.stream.replicas, lease_ttl=ttl
+    )
+
+
+def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
+    return {
+        "roles": ctx.roles,
+        "labels": dict(ctx.cfg.node.labels),
+        "broker": ctx.cfg.broker_kind,
+        "posture": ctx.posture,
+        "applied_epoch": ctx.extras.get("applied_epoch", 0),
+        "seats_held": len(ctx.seats_held),
+        "in_flight": ctx.in_flight,
+        "api": f"http://{ctx.cfg.api.host}:{ctx.cfg.api.port}" if ctx.cfg.api.port else "",
+    }
+
+
+async def run_node(cfg: NodeConfig, company: Any = None, org: Any = None) -> int:
+    """Run one node until it is drained; return the process exit code.
+
+    Args:
+        cfg: The validated node file.
+        company: The company document to apply at boot (a seed, CO-4), or None to run unconfigured.
+        org: The org model built from ``company``.
+
+    Returns:
+        The exit code (see the module docstring).
+    """
+    ctx = NodeContext(cfg, company=company, org=org)
+    roles = load_roles(ctx)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals_seen = 0
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            _log.info("drain_requested", signal=sig.name)
+            ctx.draining = True
+            stop.set()
+        else:  # FL-130: a second signal exits at once; unacked work is redelivered by the broker
+            _log.warning("drain_aborted", signal=sig.name)
+            os._exit(128 + int(sig))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    server: _Server | None = None
+    serve_task: asyncio.Task[None] | None = None
+    if cfg.api.port:
+        app = build_app(ctx, roles)
+        server = _Server(uvicorn.Config(app, host=cfg.api.host, port=cfg.api.port, log_level="warning",
+                                        access_log=False, lifespan="off"))
+        serve_task = asyncio.create_task(server.serve(), name="http")
+        while not server.started:
+            if serve_task.done():
+                _log.error("api_listen_failed", host=cfg.api.host, port=cfg.api.port)
+                return 2
+            await asyncio.sleep(0.01)
+        event = "api_listening" if "ingress" in cfg.roles else "api_probes_listening"
+        _log.info(event, host=cfg.api.host, port=cfg.api.port)
+
+    presence: leases.Presence | None = None
+    started: list[RoleService] = []
+    code = 0
+    try:
+        if not stop.is_set():
+            ctx.link = await broker.open_broker(cfg)
+            ctx.coord = await _open_coordination(ctx)
+            presence = leases.Presence(
+                ctx.coord, node_id=ctx.node_id, owner=ctx.owner, protocol=PROTOCOL_VERSION,
+                ttl=timedelta(seconds=cfg.coordination.lease_ttl_seconds), meta=lambda: _presence_meta(ctx),
+            )
+            await presence.start()
+            for role in roles:
+                if stop.is_set():
+                    break
+                await role.start(ctx)
+                started.append(role)
+            ctx.boot_done = True
+            _log.info("node_ready", roles=ctx.roles, broker=cfg.broker_kind, owner=ctx.owner,
+                      unmanned=[r for r in ALL_ROLES if r not in cfg.roles])
+        waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
+        if ctx.link is not None and ctx.link.embedded is not None:
+            waiters.append(asyncio.ensure_future(ctx.link.embedded.wait_exit()))
+        if serve_task is not None:
+            waiters.append(serve_task)  # type: ignore[arg-type]
+        done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for w in waiters:
+            if w is not serve_task and not w.done():
+                w.cancel()
+        if not stop.is_set():
+            code = 1
+            if ctx.link is not None and ctx.link.embedded is not None and not ctx.link.embedded.running:
+                _log.error("embedded_broker_exited", detail="the child nats-server died; the node stops")
+            else:
+                _log.error("api_server_stopped")
+    except CrewletError as e:
+        code = 1 if e.retryable else 2
+        _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
+    ctx.draining = True
+    for role in reversed(started):
+        try:
+            await role.drain(ctx)
+        except Exception as e:  # noqa: BLE001 - a failing drain must not skip the rest
+            _log.error("role_drain_failed", role=role.name, error=f"{type(e).__name__}: {e}")
+    for role in reversed(started):
+        try:
+            await role.stop(ctx)
+        except Exception as e:  # noqa: BLE001
+            _log.error("role_stop_failed", role=role.name, error=f"{type(e).__name__}: {e}")
+    if presence is not None:
+        await presence.release()
+    if server is not None and serve_task is not None:
+        server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(serve_task, 10.0)
+    flush = ctx.extras.get("telemetry_shutdown")
+    if callable(flush):
+        with contextlib.suppress(Exception):
+            flush()
+    if ctx.coord is not None:
+        await ctx.coord.close()
+    if ctx.link is not None:
+        await ctx.link.close()
+    ctx.drained.set()
+    _log.info("node_stopped", exit_code=code)
+    return code

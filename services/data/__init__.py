@@ -1,0 +1,5 @@
+"""The ``data`` role service: ``service(ctx)`` builds its router and lifespan work."""
+
+from .app import service
+
+__all__ = ["service"]

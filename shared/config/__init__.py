@@ -1,0 +1,47 @@
+"""Config seam: the node file (Tier A) and the company document (Tier B).
+
+Both tiers are validated strictly, in one pass, into ``{path, type, message}`` issues in a stable
+order (CO-1, FL-158); a refused file raises :class:`ConfigInvalid` listing every issue.
+"""
+
+from ._issues import ConfigInvalid, Issue, IssueType, Severity, sort_issues
+from ._node import (
+    ALL_ROLES,
+    DEFAULT_NODE_ID,
+    ApiConfig,
+    ApiToken,
+    CoordinationConfig,
+    NodeConfig,
+    NodeSection,
+    ObjectsConfig,
+    Role,
+    StoreConfig,
+    StreamConfig,
+    load_node_file,
+    node_config_from_data,
+)
+from ._node_rules import count_peers
+from ._yaml import read_yaml_mapping
+
+__all__ = [
+    "ALL_ROLES",
+    "DEFAULT_NODE_ID",
+    "ApiConfig",
+    "ApiToken",
+    "ConfigInvalid",
+    "CoordinationConfig",
+    "Issue",
+    "IssueType",
+    "NodeConfig",
+    "NodeSection",
+    "ObjectsConfig",
+    "Role",
+    "Severity",
+    "StoreConfig",
+    "StreamConfig",
+    "count_peers",
+    "load_node_file",
+    "node_config_from_data",
+    "read_yaml_mapping",
+    "sort_issues",
+]

@@ -1,0 +1,63 @@
+"""Reading a YAML config file into plain data, with every failure named by file.
+
+Missing file, unreadable file, empty file, YAML syntax error, or a top level that is not a
+mapping each become one :class:`~shared.config.Issue` (type ``invalid`` or ``missing``), never a
+traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ._issues import ConfigInvalid, Issue
+
+__all__ = ["read_yaml_mapping"]
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """Load ``path`` as a YAML mapping.
+
+    Args:
+        path: The file to read.
+
+    Returns:
+        The top-level mapping, with keys as written.
+
+    Raises:
+        ConfigInvalid: the file is missing, unreadable, not UTF-8, empty, not valid YAML, or its
+            top level is not a mapping. The single issue names the file (and line for syntax).
+    """
+    name = str(path)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigInvalid([Issue(name, "", "missing", "no such file")]) from None
+    except IsADirectoryError:
+        raise ConfigInvalid([Issue(name, "", "invalid", "is a directory, not a file")]) from None
+    except UnicodeDecodeError as e:
+        raise ConfigInvalid([Issue(name, "", "invalid", f"not UTF-8 text ({e.reason})")]) from None
+    except OSError as e:
+        raise ConfigInvalid([Issue(name, "", "invalid", f"cannot read: {e.strerror}")]) from None
+    if not text.strip():
+        raise ConfigInvalid([Issue(name, "", "missing", "file is empty")])
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigInvalid(
+            [Issue(name, "", "invalid", f"YAML syntax error: {where}{e.problem or e}")]
+        ) from None
+    except yaml.YAMLError as e:
+        raise ConfigInvalid([Issue(name, "", "invalid", f"YAML error: {e}")]) from None
+    if data is None:
+        raise ConfigInvalid([Issue(name, "", "missing", "file holds no document")])
+    if not isinstance(data, dict):
+        raise ConfigInvalid(
+            [Issue(name, "", "shape", f"top level must be a mapping, got {type(data).__name__}")]
+        )
+    return data

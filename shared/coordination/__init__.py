@@ -1,0 +1,31 @@
+"""Coordination seam: the fleet-shared KV over JetStream (FL-32..FL-41).
+
+Every call answers yes (a value), no (``None``/``False``/:class:`RevisionConflict`) or unknown
+(:class:`CoordinationUnavailable`, FL-32). Nothing above this seam imports nats KV errors.
+"""
+
+from ._base import Coordination, Entry
+from ._buckets import DUTY_CEILING, SLOTS, BucketSpec, Slot, bucket_specs
+from ._errors import BucketMismatch, CoordinationError, CoordinationUnavailable, OutcomeUnknown, RevisionConflict
+from ._memory import FaultyCoordination, MemoryCoordination
+from ._nats import NatsCoordination
+from ._provision import provision
+
+__all__ = [
+    "DUTY_CEILING",
+    "SLOTS",
+    "BucketMismatch",
+    "BucketSpec",
+    "Coordination",
+    "CoordinationError",
+    "CoordinationUnavailable",
+    "Entry",
+    "FaultyCoordination",
+    "MemoryCoordination",
+    "NatsCoordination",
+    "OutcomeUnknown",
+    "RevisionConflict",
+    "Slot",
+    "bucket_specs",
+    "provision",
+]

@@ -1,0 +1,175 @@
+"""The coordination store on JetStream KV, riding the process's one connection (FL-2, FL-32..FL-37).
+
+nats-py errors are translated here and nowhere else (STYLE.md "Errors"; infra-facts N1, N2, N7):
+
+- ``KeyWrongLastSequenceError`` whose server code is 10071 → :class:`RevisionConflict` (a real *no*).
+- The same error with code 10164 (the leader holds an uncommitted proposal during a quorum loss)
+  → :class:`CoordinationUnavailable`: it is *not* a conflict and must not read as "lost the lease".
+- A timed-out or connection-lost *write* → :class:`OutcomeUnknown` (it may have been committed).
+- No responders (an election, N14), a timed-out read → :class:`CoordinationUnavailable`.
+
+Reads never use direct get (FL-37: a replica may serve a stale value), so a read after one's own
+acknowledged write sees it. Time comes from the server's message timestamp (FL-36).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from ._base import Coordination, Entry
+from ._buckets import BucketSpec, Slot
+from ._errors import CoordinationUnavailable, OutcomeUnknown, RevisionConflict
+
+__all__ = ["NatsCoordination"]
+
+_KV_OP = "KV-Operation"
+_CONFLICT = 10071
+_UNCOMMITTED = 10164
+
+
+def _server_code(e: BaseException) -> int | None:
+    ctx = e.__context__
+    code = getattr(ctx, "err_code", None) or getattr(e, "err_code", None)
+    return int(code) if code is not None else None
+
+
+def _parse_time(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str) and value:
+        text = value.rstrip("Z")
+        if "." in text:  # nanoseconds: keep microseconds
+            head, frac = text.split(".", 1)
+            frac = "".join(ch for ch in frac if ch.isdigit())[:6]
+            text = f"{head}.{frac}"
+        try:
+            return datetime.fromisoformat(text).replace(tzinfo=UTC)
+        except ValueError:
+            pass
+    return datetime.now(UTC)
+
+
+class NatsCoordination(Coordination):
+    """Coordination on JetStream KV buckets (``embedded-kv``).
+
+    Build it with :func:`shared.coordination.provision`, which creates or adopts every bucket.
+    """
+
+    kind = "embedded-kv"
+
+    def __init__(self, js: JetStreamContext, buckets: dict[Slot, tuple[BucketSpec, KeyValue]]) -> None:
+        self._js = js
+        self._buckets = buckets
+
+    def bucket(self, slot: Slot) -> BucketSpec:
+        """Return the spec of ``slot``'s bucket."""
+        return self._buckets[slot][0]
+
+    def _kv(self, slot: Slot) -> KeyValue:
+        try:
+            return self._buckets[slot][1]
+        except KeyError:
+            raise ValueError(f"unknown coordination slot {slot!r}") from None
+
+    def _translate(self, e: BaseException, key: str, expected: int, *, write: bool) -> Exception:
+        if isinstance(e, nats.js.errors.KeyWrongLastSequenceError) or (
+            isinstance(e, nats.js.errors.BadRequestError) and _server_code(e) in (_CONFLICT, _UNCOMMITTED)
+        ):
+            code = _server_code(e)
+            if code == _UNCOMMITTED:
+                return CoordinationUnavailable(f"{key}: leader has an uncommitted proposal (10164)")
+            return RevisionConflict(key, expected)
+        if isinstance(e, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+            return CoordinationUnavailable(f"{key}: no responders (election or stream missing)")
+        if isinstance(e, nats.errors.TimeoutError | asyncio.TimeoutError):
+            if write:
+                return OutcomeUnknown(f"{key}: write timed out; it may have landed")
+            return CoordinationUnavailable(f"{key}: read timed out")
+        if isinstance(e, nats.errors.ConnectionClosedError | nats.errors.ConnectionReconnectingError
+                      | nats.errors.StaleConnectionError | nats.errors.OutboundBufferLimitError):
+            if write:
+                return OutcomeUnknown(f"{key}: connection lost during write")
+            return CoordinationUnavailable(f"{key}: connection lost")
+        return CoordinationUnavailable(f"{key}: {type(e).__name__}: {e}")
+
+    async def get(self, slot: Slot, key: str) -> Entry | None:
+        """See :meth:`Coordination.get`."""
+        kv = self._kv(slot)
+        spec = self._buckets[slot][0]
+        try:
+            msg = await self._js.get_msg(f"KV_{spec.bucket}", subject=f"$KV.{spec.bucket}.{key}")
+        except nats.js.errors.NotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001 - every library error is translated here
+            raise self._translate(e, key, 0, write=False) from None
+        del kv
+        headers = msg.headers or {}
+        if msg.data is None or headers.get(_KV_OP) in ("DEL", "PURGE") or headers.get("Nats-Marker-Reason"):
+            return None  # deleted, purged, or an expiry marker (infra-facts N7)
+        return Entry(key, bytes(msg.data), int(msg.seq or 0), _parse_time(msg.time))
+
+    async def create(self, slot: Slot, key: str, value: bytes) -> int:
+        """See :meth:`Coordination.create`."""
+        try:
+            return int(await self._kv(slot).create(key, value))
+        except Exception as e:  # noqa: BLE001
+            raise self._translate(e, key, 0, write=True) from None
+
+    async def update(self, slot: Slot, key: str, value: bytes, *, revision: int) -> int:
+        """See :meth:`Coordination.update`."""
+        if revision == 0:
+            return await self.create(slot, key, value)
+        try:
+            return int(await self._kv(slot).update(key, value, last=revision))
+        except Exception as e:  # noqa: BLE001
+            raise self._translate(e, key, revision, write=True) from None
+
+    async def put(self, slot: Slot, key: str, value: bytes) -> int:
+        """See :meth:`Coordination.put`."""
+        try:
+            return int(await self._kv(slot).put(key, value))
+        except Exception as e:  # noqa: BLE001
+            raise self._translate(e, key, -1, write=True) from None
+
+    async def delete(self, slot: Slot, key: str, *, revision: int | None = None) -> bool:
+        """See :meth:`Coordination.delete`."""
+        present = await self.get(slot, key)
+        if present is None and revision is None:
+            return False
+        try:
+            await self._kv(slot).delete(key, last=revision)
+        except Exception as e:  # noqa: BLE001
+            raise self._translate(e, key, revision or 0, write=True) from None
+        return present is not None
+
+    async def entries(self, slot: Slot, prefix: str = "") -> list[Entry]:
+        """See :meth:`Coordination.entries` (one ordered-consumer pass over the bucket)."""
+        kv = self._kv(slot)
+        out: dict[str, Entry] = {}
+        try:
+            watcher = await kv.watch(">", ignore_deletes=True)
+            try:
+                while True:
+                    e = await watcher.updates(timeout=5.0)
+                    if e is None:
+                        break
+                    if e.operation in ("DEL", "PURGE") or e.value is None:
+                        out.pop(e.key, None)
+                        continue
+                    if e.key.startswith(prefix):
+                        out[e.key] = Entry(e.key, bytes(e.value), int(e.revision or 0), _parse_time(e.created))
+            finally:
+                await watcher.stop()
+        except Exception as e:  # noqa: BLE001
+            raise self._translate(e, f"{slot}/{prefix}*", 0, write=False) from None
+        return [out[k] for k in sorted(out)]
+
+    async def close(self) -> None:
+        """Nothing to release: the connection belongs to the broker link."""

@@ -1,0 +1,18 @@
+"""Runtime seam: the node context the roles share, the role contract, probes, auth, errors (FL-1, FL-126)."""
+
+from ._auth import require_grant
+from ._context import PROTOCOL_VERSION, NodeContext, new_owner
+from ._http_errors import api_error, install_error_handlers
+from ._probes import probes_router
+from ._role import RoleService
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "NodeContext",
+    "RoleService",
+    "api_error",
+    "install_error_handlers",
+    "new_owner",
+    "probes_router",
+    "require_grant",
+]

@@ -1,0 +1,56 @@
+"""Bearer-token auth with grants (CO-27). ``/health``, ``/ready`` and webhooks are not guarded.
+
+Tokens are compared in constant time. A missing or unknown token answers 401; a token without the
+route's grant answers 403. Errors are JSON ``{"error": code, "detail": ...}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+
+from fastapi import HTTPException, Request
+
+from shared.config import NodeConfig
+
+__all__ = ["require_grant"]
+
+
+def _token_grants(cfg: NodeConfig, presented: str) -> set[str] | None:
+    found: set[str] | None = None
+    for tok in cfg.api.auth.tokens:
+        if hmac.compare_digest(tok.token.encode(), presented.encode()):
+            found = set(tok.grants)
+    return found
+
+
+def require_grant(cfg: NodeConfig, grant: str) -> Callable[[Request], Awaitable[str]]:
+    """Return a FastAPI dependency that admits a request holding ``grant``.
+
+    Args:
+        cfg: The node config whose ``api.auth.tokens`` are accepted.
+        grant: The grant the route needs (e.g. ``state:read``).
+
+    Returns:
+        A dependency returning the token id.
+
+    Raises:
+        HTTPException: 401 ``unauthorized`` (no/unknown token) or 403 ``forbidden`` (grant missing).
+    """
+
+    async def dep(request: Request) -> str:
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value:
+            raise HTTPException(401, {"error": "unauthorized", "detail": "Authorization: Bearer <token> required"})
+        grants = _token_grants(cfg, value.strip())
+        if grants is None:
+            raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"})
+        if grant not in grants:
+            raise HTTPException(403, {"error": "forbidden", "detail": f"token lacks the {grant} grant"})
+        for tok in cfg.api.auth.tokens:
+            if hmac.compare_digest(tok.token.encode(), value.strip().encode()):
+                return tok.id
+        return ""
+
+    return dep

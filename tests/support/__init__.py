@@ -1,0 +1,1 @@
+"""Test support: real servers and node processes on loopback, stopped by PID."""
