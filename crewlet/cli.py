@@ -26,7 +26,14 @@ from typing import Annotated, Any
 import typer
 
 from shared import logs
-from shared.config import ConfigInvalid, Issue, NodeConfig, load_node_file, node_config_from_data, read_yaml_mapping
+from shared.config import (
+    ConfigInvalid,
+    Issue,
+    NodeConfig,
+    load_node_file,
+    node_config_from_data,
+    read_yaml_mapping,
+)
 
 from . import fleet_status
 
@@ -49,15 +56,24 @@ def examples_dir() -> Path:
 def _print_issues(issues: list[Issue], *, as_json: bool, tier: str) -> None:
     errors = [i for i in issues if i.severity == "error"]
     if as_json:
-        typer.echo(json.dumps({"valid": not errors, "tier": tier, "errors": [i.as_dict() for i in errors],
-                               "warnings": [i.as_dict() for i in issues if i.severity == "warning"]}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "valid": not errors,
+                    "tier": tier,
+                    "errors": [i.as_dict() for i in errors],
+                    "warnings": [i.as_dict() for i in issues if i.severity == "warning"],
+                },
+                indent=2,
+            )
+        )
         return
     for i in issues:
         typer.echo(i.line(), err=i.severity == "error")
 
 
 def _validate_company(path: str, *, compat: bool) -> tuple[Any, Any, list[Issue]]:
-    from shared.config import build_org, validate_company_data
+    from shared.config import OrgModel, validate_company_data
 
     try:
         data = read_yaml_mapping(path)
@@ -66,7 +82,7 @@ def _validate_company(path: str, *, compat: bool) -> tuple[Any, Any, list[Issue]
     company, issues = validate_company_data(data, file=path, compat=compat)
     if company is None:
         return None, None, issues
-    return company, build_org(company), issues
+    return company, OrgModel.from_company(company), issues
 
 
 def _detect_tier(path: str) -> str:
@@ -85,7 +101,9 @@ def _detect_tier(path: str) -> str:
 
 @app.command()
 def validate(
-    file: Annotated[str | None, typer.Argument(help="A node file or company document (tier detected)")] = None,
+    file: Annotated[
+        str | None, typer.Argument(help="A node file or company document (tier detected)")
+    ] = None,
     node: Annotated[str | None, typer.Option("--node", "--config", help="A node file (Tier A)")] = None,
     company: Annotated[str | None, typer.Option("--company", help="A company document (Tier B)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
@@ -103,9 +121,16 @@ def validate(
         else:
             try:
                 read_yaml_mapping(file)
-                issues.append(Issue(file, "", "invalid", "cannot tell the tier: top-level keys must be a node "
-                                    "file's (node, stream, store, ...) or a company's (name, units, ...); "
-                                    "use --node or --company"))
+                issues.append(
+                    Issue(
+                        file,
+                        "",
+                        "invalid",
+                        "cannot tell the tier: top-level keys must be a node "
+                        "file's (node, stream, store, ...) or a company's (name, units, ...); "
+                        "use --node or --company",
+                    )
+                )
             except ConfigInvalid as e:
                 issues += e.issues
     if node is None and company is None and file is None:
@@ -156,8 +181,12 @@ def run(
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Where node data lives")] = Path(".crewlet"),
     port: Annotated[int, typer.Option("--port", "--api-port", help="HTTP port (0 = none)")] = 8080,
     host: Annotated[str, typer.Option("--host", "--api-host", help="HTTP bind address")] = "127.0.0.1",
-    company: Annotated[str | None, typer.Option("--company", help="Company document (default: the example)")] = None,
-    roles: Annotated[str | None, typer.Option("--roles", help="Comma-separated roles (default: all four)")] = None,
+    company: Annotated[
+        str | None, typer.Option("--company", help="Company document (default: the example)")
+    ] = None,
+    roles: Annotated[
+        str | None, typer.Option("--roles", help="Comma-separated roles (default: all four)")
+    ] = None,
     log_format: Annotated[str, typer.Option("--log-format", help="json | console")] = "json",
 ) -> None:
     """Run one node with every default: embedded broker, the example company (CO-29)."""
@@ -177,13 +206,17 @@ def run(
     if cfg is None:
         _fail(issues)
     assert cfg is not None
-    _start(cfg, company or str(examples_dir() / "company.yaml"), [i for i in issues if i.severity == "warning"])
+    _start(
+        cfg, company or str(examples_dir() / "company.yaml"), [i for i in issues if i.severity == "warning"]
+    )
 
 
 @app.command("node")
 def node_cmd(
     node: Annotated[str, typer.Option("--node", "--config", help="The node file (Tier A)")],
-    company: Annotated[str | None, typer.Option("--company", help="The company document (a seed, CO-4)")] = None,
+    company: Annotated[
+        str | None, typer.Option("--company", help="The company document (a seed, CO-4)")
+    ] = None,
     roles: Annotated[str | None, typer.Option("--roles", help="Override node.roles (FL-12)")] = None,
     api_host: Annotated[str | None, typer.Option("--api-host", help="Override api.host")] = None,
     api_port: Annotated[int | None, typer.Option("--api-port", help="Override api.port (0 = none)")] = None,
@@ -216,7 +249,9 @@ def schema(tier: Annotated[str, typer.Argument(help="company | node")]) -> None:
 
 @fleet_app.command("status")
 def fleet_status_cmd(
-    url: Annotated[str, typer.Option("--url", envvar="CREWLET_URL", help="A node's base URL")] = "http://127.0.0.1:8080",
+    url: Annotated[
+        str, typer.Option("--url", envvar="CREWLET_URL", help="A node's base URL")
+    ] = "http://127.0.0.1:8080",
     token: Annotated[str, typer.Option("--token", envvar="CREWLET_API_TOKEN", help="API token")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the raw view")] = False,
 ) -> None:

@@ -38,8 +38,12 @@ def main() -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     print(f"starting a node with the example company (log: {log_path})", flush=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([crewlet, "run", "--port", str(port), "--data-dir", str(data_dir)],
-                                env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            [crewlet, "run", "--port", str(port), "--data-dir", str(data_dir)],
+            env=env,
+            stdout=log,
+            stderr=log,
+        )
     signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
     signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
     deadline = time.monotonic() + 60
@@ -63,7 +67,7 @@ def main() -> int:
     fleet_status.show(url, token)
     print(f"\nThe node keeps serving at {url}")
     print(f"  export CREWLET_API_TOKEN={token}")
-    print(f"  curl -H \"Authorization: Bearer $CREWLET_API_TOKEN\" {url}/fleet")
+    print(f'  curl -H "Authorization: Bearer $CREWLET_API_TOKEN" {url}/fleet')
     print("Press Ctrl-C to drain and stop it.", flush=True)
     return proc.wait()
 

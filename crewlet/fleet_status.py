@@ -50,9 +50,17 @@ def show(url: str, token: str, *, as_json: bool = False, console: Console | None
         nodes.add_column(col)
     for n in view.get("nodes", []):
         labels = ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items()))
-        nodes.add_row(str(n["id"]), ",".join(n.get("roles", [])), labels, str(n.get("broker")),
-                      str(n.get("protocol")), str(n.get("posture")), str(n.get("applied_epoch", "")),
-                      str(n.get("seats_held", "")), str(n.get("in_flight", "")))
+        nodes.add_row(
+            str(n["id"]),
+            ",".join(n.get("roles", [])),
+            labels,
+            str(n.get("broker")),
+            str(n.get("protocol")),
+            str(n.get("posture")),
+            str(n.get("applied_epoch", "")),
+            str(n.get("seats_held", "")),
+            str(n.get("in_flight", "")),
+        )
     out.print(nodes)
     seats = Table(title="seats")
     for col in ("seat", "node", "epoch", "renewed at"):

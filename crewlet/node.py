@@ -135,8 +135,16 @@ async def run_node(cfg: NodeConfig, company: Any = None, org: Any = None) -> int
     serve_task: asyncio.Task[None] | None = None
     if cfg.api.port:
         app = build_app(ctx, roles)
-        server = _Server(uvicorn.Config(app, host=cfg.api.host, port=cfg.api.port, log_level="warning",
-                                        access_log=False, lifespan="off"))
+        server = _Server(
+            uvicorn.Config(
+                app,
+                host=cfg.api.host,
+                port=cfg.api.port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+            )
+        )
         serve_task = asyncio.create_task(server.serve(), name="http")
         while not server.started:
             if serve_task.done():
@@ -154,8 +162,12 @@ async def run_node(cfg: NodeConfig, company: Any = None, org: Any = None) -> int
             ctx.link = await broker.open_broker(cfg)
             ctx.coord = await _open_coordination(ctx)
             presence = leases.Presence(
-                ctx.coord, node_id=ctx.node_id, owner=ctx.owner, protocol=PROTOCOL_VERSION,
-                ttl=timedelta(seconds=cfg.coordination.lease_ttl_seconds), meta=lambda: _presence_meta(ctx),
+                ctx.coord,
+                node_id=ctx.node_id,
+                owner=ctx.owner,
+                protocol=PROTOCOL_VERSION,
+                ttl=timedelta(seconds=cfg.coordination.lease_ttl_seconds),
+                meta=lambda: _presence_meta(ctx),
             )
             await presence.start()
             for role in roles:
@@ -164,13 +176,18 @@ async def run_node(cfg: NodeConfig, company: Any = None, org: Any = None) -> int
                 await role.start(ctx)
                 started.append(role)
             ctx.boot_done = True
-            _log.info("node_ready", roles=ctx.roles, broker=cfg.broker_kind, owner=ctx.owner,
-                      unmanned=[r for r in ALL_ROLES if r not in cfg.roles])
+            _log.info(
+                "node_ready",
+                roles=ctx.roles,
+                broker=cfg.broker_kind,
+                owner=ctx.owner,
+                unmanned=[r for r in ALL_ROLES if r not in cfg.roles],
+            )
         waiters: list[asyncio.Future[Any]] = [asyncio.ensure_future(stop.wait())]
         if ctx.link is not None and ctx.link.embedded is not None:
             waiters.append(asyncio.ensure_future(ctx.link.embedded.wait_exit()))
         if serve_task is not None:
-            waiters.append(serve_task)  # type: ignore[arg-type]
+            waiters.append(serve_task)
         done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for w in waiters:
             if w is not serve_task and not w.done():

@@ -20,8 +20,13 @@ import structlog
 
 __all__ = ["configure", "get"]
 
-_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-           "warning": logging.WARNING, "error": logging.ERROR}
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 
 
 def configure(*, level: str = "info", fmt: str = "json", node: str | None = None) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.procs import REPO, Node, NatsServer, free_port
+from tests.support.procs import REPO, NatsServer, Node, free_port
 
 
 @pytest.fixture
@@ -26,8 +26,14 @@ def start_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
     """Start crewlet node processes; every one is stopped by PID when the test ends."""
     started: list[Node] = []
 
-    def start(*args: str, name: str = "node", port: int | None = None, env: dict[str, str] | None = None) -> Node:
-        node = Node(list(args), dir=tmp_path / name, port=port or free_port(), env=env)
+    def start(
+        *args: str, name: str = "node", port: int | None = None, env: dict[str, str] | None = None
+    ) -> Node:
+        port = port or free_port()
+        argv = list(args)
+        if argv and argv[0] == "run" and "--port" not in argv:
+            argv += ["--port", str(port)]
+        node = Node(argv, dir=tmp_path / name, port=port, env=env)
         started.append(node)
         return node
 

@@ -62,14 +62,23 @@ class BrokerLink:
         try:
             if not self.nc.is_closed:
                 await asyncio.wait_for(self.nc.drain(), 5.0)
-        except (asyncio.TimeoutError, nats.errors.Error):
+        except (TimeoutError, nats.errors.Error):
             await self.nc.close()
         if self.embedded is not None:
             await self.embedded.stop()
 
 
-async def connect(url: str, *, timeout: float, name: str, token: str = "", creds: str = "",
-                  tls_ca: str = "", tls_cert: str = "", tls_key: str = "") -> tuple[Client, dict[str, Any]]:
+async def connect(
+    url: str,
+    *,
+    timeout: float,
+    name: str,
+    token: str = "",
+    creds: str = "",
+    tls_ca: str = "",
+    tls_cert: str = "",
+    tls_key: str = "",
+) -> tuple[Client, dict[str, Any]]:
     """Dial ``url`` (a comma-separated failover set) and return the connection.
 
     Args:
@@ -122,15 +131,25 @@ async def connect(url: str, *, timeout: float, name: str, token: str = "", creds
     while True:
         try:
             nc = await nats.connect(
-                servers=servers, name=name, dont_randomize=True, allow_reconnect=True,
-                max_reconnect_attempts=-1, reconnect_time_wait=1, connect_timeout=2,
-                error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect, **kwargs,
+                servers=servers,
+                name=name,
+                dont_randomize=True,
+                allow_reconnect=True,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=1,
+                connect_timeout=2,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+                **kwargs,
             )
             break
-        except (nats.errors.NoServersError, OSError, asyncio.TimeoutError, nats.errors.Error) as e:
+        except (TimeoutError, nats.errors.NoServersError, OSError, nats.errors.Error) as e:
             last = e
             if time.monotonic() >= deadline:
-                raise BrokerUnreachable(f"no NATS server answered at {url} within {timeout:.0f} s ({e})") from None
+                raise BrokerUnreachable(
+                    f"no NATS server answered at {url} within {timeout:.0f} s ({e})"
+                ) from None
             await asyncio.sleep(0.5)
     if nc.max_payload < MIN_MAX_PAYLOAD:
         await nc.close()
@@ -157,8 +176,7 @@ async def wait_jetstream(js: JetStreamContext, *, timeout: float = 60.0) -> None
         except nats.js.errors.ServiceUnavailableError as e:
             if time.monotonic() >= deadline:
                 raise BrokerRefused(f"JetStream is not available on this account: {e}") from None
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.APIError,
-                asyncio.TimeoutError) as e:
+        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.APIError) as e:
             if time.monotonic() >= deadline:
                 raise BrokerUnreachable(f"JetStream did not answer within {timeout:.0f} s ({e})") from None
         await asyncio.sleep(0.25)
@@ -189,8 +207,14 @@ async def open_broker(cfg: NodeConfig) -> BrokerLink:
     try:
         tls = cfg.stream.tls
         nc, state = await connect(
-            url, timeout=connect_budget, name=cfg.node_id, token=cfg.stream.token, creds=cfg.stream.credentials,
-            tls_ca=tls.ca if tls else "", tls_cert=tls.cert if tls else "", tls_key=tls.key if tls else "",
+            url,
+            timeout=connect_budget,
+            name=cfg.node_id,
+            token=cfg.stream.token,
+            creds=cfg.stream.credentials,
+            tls_ca=tls.ca if tls else "",
+            tls_cert=tls.cert if tls else "",
+            tls_key=tls.key if tls else "",
         )
         js = nc.jetstream(timeout=5.0)
         await wait_jetstream(js, timeout=60.0)

@@ -106,7 +106,7 @@ def render_server_config(cfg: NodeConfig, run_dir: Path) -> str:
         if s.leaf.urls:
             conf["leafnodes"] = {"remotes": [{"urls": list(s.leaf.urls)}]}
         elif s.leaf.port:
-            host = (s.cluster.host if s.cluster and s.cluster.host else "127.0.0.1")
+            host = s.cluster.host if s.cluster and s.cluster.host else "127.0.0.1"
             conf["leafnodes"] = {"listen": f"{host}:{s.leaf.port}"}
     if s.debug:
         conf["debug"] = True

@@ -4,6 +4,8 @@ Both tiers are validated strictly, in one pass, into ``{path, type, message}`` i
 order (CO-1, FL-158); a refused file raises :class:`ConfigInvalid` listing every issue.
 """
 
+from ._company_api import *  # noqa: F403 - the Tier B API names its own __all__
+from ._company_api import __all__ as _company_all
 from ._issues import ConfigInvalid, Issue, IssueType, Severity, sort_issues
 from ._node import (
     ALL_ROLES,
@@ -44,4 +46,5 @@ __all__ = [
     "node_config_from_data",
     "read_yaml_mapping",
     "sort_issues",
+    *_company_all,
 ]

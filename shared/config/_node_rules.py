@@ -415,7 +415,7 @@ def check_node(raw: dict[str, Any], cfg: NodeConfig | None, *, file: str, check_
         err(
             "coordination.lease_ttl_seconds",
             "out_of_range",
-            f"{ttl} s is below the broker's {MIN_BUCKET_AGE_SECONDS} s floor for a bucket age",
+            f"{ttl} s is below the broker's 100 ms floor for a bucket age (FL-34)",
         )
 
     # CO-27 tokens

@@ -55,7 +55,7 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as e:
         raise ConfigInvalid([Issue(name, "", "invalid", f"YAML error: {e}")]) from None
     if data is None:
-        raise ConfigInvalid([Issue(name, "", "missing", "file holds no document")])
+        raise ConfigInvalid([Issue(name, "", "missing", "file is empty (only comments, no document)")])
     if not isinstance(data, dict):
         raise ConfigInvalid(
             [Issue(name, "", "shape", f"top level must be a mapping, got {type(data).__name__}")]

@@ -6,7 +6,13 @@ Every call answers yes (a value), no (``None``/``False``/:class:`RevisionConflic
 
 from ._base import Coordination, Entry
 from ._buckets import DUTY_CEILING, SLOTS, BucketSpec, Slot, bucket_specs
-from ._errors import BucketMismatch, CoordinationError, CoordinationUnavailable, OutcomeUnknown, RevisionConflict
+from ._errors import (
+    BucketMismatch,
+    CoordinationError,
+    CoordinationUnavailable,
+    OutcomeUnknown,
+    RevisionConflict,
+)
 from ._memory import FaultyCoordination, MemoryCoordination
 from ._nats import NatsCoordination
 from ._provision import provision

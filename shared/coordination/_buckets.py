@@ -15,8 +15,19 @@ from typing import Literal
 __all__ = ["DUTY_CEILING", "SLOTS", "BucketSpec", "Slot", "bucket_specs"]
 
 Slot = Literal[
-    "leases", "epochs", "duties", "rate", "claims", "ledger", "fires",
-    "cooldowns", "status", "config", "budgets", "channels", "objects",
+    "leases",
+    "epochs",
+    "duties",
+    "rate",
+    "claims",
+    "ledger",
+    "fires",
+    "cooldowns",
+    "status",
+    "config",
+    "budgets",
+    "channels",
+    "objects",
 ]
 SLOTS: tuple[Slot, ...] = Slot.__args__  # type: ignore[attr-defined]
 

@@ -36,7 +36,7 @@ class MemoryCoordination(Coordination):
         self._seq: dict[Slot, int] = dict.fromkeys(SLOTS, 0)
 
     def _now(self) -> float:
-        return float(self._clock())  # type: ignore[operator]
+        return float(self._clock())
 
     def _live(self, slot: Slot, key: str) -> tuple[bytes, int, float, datetime] | None:
         if slot not in self._data:

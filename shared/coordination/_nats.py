@@ -92,8 +92,13 @@ class NatsCoordination(Coordination):
             if write:
                 return OutcomeUnknown(f"{key}: write timed out; it may have landed")
             return CoordinationUnavailable(f"{key}: read timed out")
-        if isinstance(e, nats.errors.ConnectionClosedError | nats.errors.ConnectionReconnectingError
-                      | nats.errors.StaleConnectionError | nats.errors.OutboundBufferLimitError):
+        if isinstance(
+            e,
+            nats.errors.ConnectionClosedError
+            | nats.errors.ConnectionReconnectingError
+            | nats.errors.StaleConnectionError
+            | nats.errors.OutboundBufferLimitError,
+        ):
             if write:
                 return OutcomeUnknown(f"{key}: connection lost during write")
             return CoordinationUnavailable(f"{key}: connection lost")
@@ -150,26 +155,24 @@ class NatsCoordination(Coordination):
         return present is not None
 
     async def entries(self, slot: Slot, prefix: str = "") -> list[Entry]:
-        """See :meth:`Coordination.entries` (one ordered-consumer pass over the bucket)."""
-        kv = self._kv(slot)
-        out: dict[str, Entry] = {}
+        """See :meth:`Coordination.entries`.
+
+        Lists the bucket's live subjects from the stream's own state, then reads each key's last
+        message from the stream leader. (nats-py's ``watch``-based listing can signal "no more
+        entries" before the first one arrives; a listing that silently drops a live presence would
+        make peers over-claim, FL-42.)
+        """
+        spec = self._buckets[slot][0]
+        stream = f"KV_{spec.bucket}"
+        pre = f"$KV.{spec.bucket}."
         try:
-            watcher = await kv.watch(">", ignore_deletes=True)
-            try:
-                while True:
-                    e = await watcher.updates(timeout=5.0)
-                    if e is None:
-                        break
-                    if e.operation in ("DEL", "PURGE") or e.value is None:
-                        out.pop(e.key, None)
-                        continue
-                    if e.key.startswith(prefix):
-                        out[e.key] = Entry(e.key, bytes(e.value), int(e.revision or 0), _parse_time(e.created))
-            finally:
-                await watcher.stop()
+            info = await self._js.stream_info(stream, subjects_filter=f"{pre}>")
         except Exception as e:  # noqa: BLE001
             raise self._translate(e, f"{slot}/{prefix}*", 0, write=False) from None
-        return [out[k] for k in sorted(out)]
+        subjects = sorted(info.state.subjects or {})
+        keys = [subj[len(pre) :] for subj in subjects if subj[len(pre) :].startswith(prefix)]
+        found = await asyncio.gather(*(self.get(slot, k) for k in keys))
+        return [e for e in found if e is not None]
 
     async def close(self) -> None:
         """Nothing to release: the connection belongs to the broker link."""

@@ -43,7 +43,11 @@ async def _ensure(js: JetStreamContext, spec: BucketSpec, *, replicas: int, budg
             info = await js.stream_info(stream)
         except nats.js.errors.NotFoundError:
             info = None
-        except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError, nats.errors.NoRespondersError):
+        except (
+            nats.errors.TimeoutError,
+            nats.js.errors.NoStreamResponseError,
+            nats.errors.NoRespondersError,
+        ):
             info = None  # nobody said: fall through to the create; "already exists" is success (FL-29)
             _log.warning("coord_kv_bucket_lookup_unanswered", bucket=spec.bucket)
         if info is not None:
@@ -118,7 +122,9 @@ async def provision(
     """
     per_create = budget if budget is not None else (120.0 if replicas > 1 else 30.0)
     specs = bucket_specs(prefix, lease_ttl=lease_ttl)
-    kvs = await asyncio.gather(*(_ensure(js, s, replicas=replicas, budget=per_create) for s in specs.values()))
+    kvs = await asyncio.gather(
+        *(_ensure(js, s, replicas=replicas, budget=per_create) for s in specs.values())
+    )
     buckets: dict[Slot, tuple[BucketSpec, KeyValue]] = {
         slot: (spec, kv) for (slot, spec), kv in zip(specs.items(), kvs, strict=True)
     }

@@ -65,7 +65,9 @@ class Presence:
         self.held = False
 
     def _record(self) -> bytes:
-        return LeaseRecord(f"node:{self._node}", self._owner, self._node, 0, self._protocol, self._meta()).encode()
+        return LeaseRecord(
+            f"node:{self._node}", self._owner, self._node, 0, self._protocol, self._meta()
+        ).encode()
 
     async def claim(self) -> bool:
         """Claim (or take over) the presence key once.
@@ -82,7 +84,9 @@ class Presence:
                 self._revision = await self._coord.create("leases", self._key, self._record())
             else:
                 prev = LeaseRecord.decode(self._key, entry.value)
-                self._revision = await self._coord.update("leases", self._key, self._record(), revision=entry.revision)
+                self._revision = await self._coord.update(
+                    "leases", self._key, self._record(), revision=entry.revision
+                )
                 if prev.owner != self._owner:
                     _log.warning("node_presence_taken_over", previous_owner=prev.owner, owner=self._owner)
         except RevisionConflict:
@@ -103,15 +107,21 @@ class Presence:
         if not self.held:
             return await self.claim()
         try:
-            self._revision = await self._coord.update("leases", self._key, self._record(), revision=self._revision)
+            self._revision = await self._coord.update(
+                "leases", self._key, self._record(), revision=self._revision
+            )
             return True
         except RevisionConflict:
             entry = await self._coord.get("leases", self._key)
             if entry is not None:
                 other = LeaseRecord.decode(self._key, entry.value)
                 if other.owner != self._owner:
-                    _log.error("node_id_conflict", other_owner=other.owner, owner=self._owner,
-                               detail="two live processes share this node id; give each a distinct node.id")
+                    _log.error(
+                        "node_id_conflict",
+                        other_owner=other.owner,
+                        owner=self._owner,
+                        detail="two live processes share this node id; give each a distinct node.id",
+                    )
             self.held = False
             return await self.claim()
 

@@ -61,9 +61,16 @@ class LeaseRecord:
     def encode(self) -> bytes:
         """Serialise to the stored JSON bytes."""
         return json.dumps(
-            {"resource": self.resource, "owner": self.owner, "node": self.node, "epoch": self.epoch,
-             "protocol": self.protocol, "meta": self.meta},
-            separators=(",", ":"), sort_keys=True,
+            {
+                "resource": self.resource,
+                "owner": self.owner,
+                "node": self.node,
+                "epoch": self.epoch,
+                "protocol": self.protocol,
+                "meta": self.meta,
+            },
+            separators=(",", ":"),
+            sort_keys=True,
         ).encode()
 
     @classmethod
@@ -80,7 +87,8 @@ class LeaseRecord:
             data = {}
         if not isinstance(data, dict):
             data = {}
-        meta = data.get("meta") if isinstance(data.get("meta"), dict) else {}
+        raw_meta = data.get("meta")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         protocol = data.get("protocol")
         epoch = data.get("epoch")
         return cls(

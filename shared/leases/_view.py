@@ -41,25 +41,38 @@ async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> 
         res = resource_of(e.key)
         if res.startswith("node:"):
             m = rec.meta
-            nodes.append({
-                "id": rec.node or res[5:],
-                "owner": rec.owner,
-                "roles": rec.roles,
-                "labels": m.get("labels") if isinstance(m.get("labels"), dict) else {},
-                "broker": m.get("broker") if m.get("broker") in ("member", "leaf", "client") else "unknown",
-                "protocol": rec.protocol,
-                "posture": m.get("posture", "unknown"),
-                "applied_epoch": m.get("applied_epoch", 0),
-                "seats_held": m.get("seats_held", 0),
-                "in_flight": m.get("in_flight", 0),
-            })
+            nodes.append(
+                {
+                    "id": rec.node or res[5:],
+                    "owner": rec.owner,
+                    "roles": rec.roles,
+                    "labels": m.get("labels") if isinstance(m.get("labels"), dict) else {},
+                    "broker": m.get("broker")
+                    if m.get("broker") in ("member", "leaf", "client")
+                    else "unknown",
+                    "protocol": rec.protocol,
+                    "posture": m.get("posture", "unknown"),
+                    "applied_epoch": m.get("applied_epoch", 0),
+                    "seats_held": m.get("seats_held", 0),
+                    "in_flight": m.get("in_flight", 0),
+                }
+            )
         elif res.startswith("seat:"):
-            owned.append({"seat": res[5:], "node": rec.node, "owner": rec.owner, "epoch": rec.epoch,
-                          "renewed_at": e.created.isoformat()})
+            owned.append(
+                {
+                    "seat": res[5:],
+                    "node": rec.node,
+                    "owner": rec.owner,
+                    "epoch": rec.epoch,
+                    "renewed_at": e.created.isoformat(),
+                }
+            )
     duties = []
     for e in duty_entries:
         rec = LeaseRecord.decode(e.key, e.value)
-        duties.append({"duty": resource_of(e.key)[7:], "node": rec.node, "owner": rec.owner, "epoch": rec.epoch})
+        duties.append(
+            {"duty": resource_of(e.key)[7:], "node": rec.node, "owner": rec.owner, "epoch": rec.epoch}
+        )
     manned = {r for n in nodes for r in n["roles"]}
     unowned = sorted(set(seats or []) - {s["seat"] for s in owned})
     return {

@@ -42,7 +42,9 @@ def require_grant(cfg: NodeConfig, grant: str) -> Callable[[Request], Awaitable[
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value:
-            raise HTTPException(401, {"error": "unauthorized", "detail": "Authorization: Bearer <token> required"})
+            raise HTTPException(
+                401, {"error": "unauthorized", "detail": "Authorization: Bearer <token> required"}
+            )
         grants = _token_grants(cfg, value.strip())
         if grants is None:
             raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"})

@@ -91,7 +91,11 @@ class NodeContext:
         if self.draining:
             return False, "draining", "the node is draining"
         if not self.boot_done or self.company is None:
-            return False, "unconfigured", "boot work not finished" if not self.boot_done else "no active company"
+            return (
+                False,
+                "unconfigured",
+                "boot work not finished" if not self.boot_done else "no active company",
+            )
         if self.link is not None and not self.link.connected:
             return False, "broker_unlinked", f"reconnecting to {self.link.url}"
         return True, "", ""

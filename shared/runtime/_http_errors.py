@@ -16,7 +16,9 @@ from fastapi.responses import JSONResponse
 __all__ = ["api_error", "install_error_handlers"]
 
 
-def api_error(status: int, code: str, detail: Any = "", *, headers: dict[str, str] | None = None) -> HTTPException:
+def api_error(
+    status: int, code: str, detail: Any = "", *, headers: dict[str, str] | None = None
+) -> HTTPException:
     """Return an exception that answers ``status`` with ``{"error": code, "detail": detail}``."""
     return HTTPException(status, {"error": code, "detail": detail}, headers=headers)
 
@@ -26,12 +28,19 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, HTTPException)
-        body = exc.detail if isinstance(exc.detail, dict) and "error" in exc.detail else {
-            "error": {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}.get(
-                exc.status_code, "error"
-            ),
-            "detail": exc.detail,
-        }
+        body = (
+            exc.detail
+            if isinstance(exc.detail, dict) and "error" in exc.detail
+            else {
+                "error": {
+                    401: "unauthorized",
+                    403: "forbidden",
+                    404: "not_found",
+                    405: "method_not_allowed",
+                }.get(exc.status_code, "error"),
+                "detail": exc.detail,
+            }
+        )
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:

@@ -62,12 +62,19 @@ def children_named(pid: int, name: str) -> list[int]:
 class Proc:
     """A child process started for a test, stopped by PID."""
 
-    def __init__(self, args: list[str], *, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None):
+    def __init__(
+        self, args: list[str], *, log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    ):
         self.log_path = log
         self._log = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.popen = subprocess.Popen(
-            args, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+            args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
         )
         self.pid = self.popen.pid
 
@@ -149,8 +156,12 @@ class Node(Proc):
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         dir.mkdir(parents=True, exist_ok=True)
-        super().__init__([str(VENV_BIN / "crewlet"), *args], log=dir / "node.log",
-                         env={"CREWLET_API_TOKEN": TOKEN, **(env or {})}, cwd=dir)
+        super().__init__(
+            [str(VENV_BIN / "crewlet"), *args],
+            log=dir / "node.log",
+            env={"CREWLET_API_TOKEN": TOKEN, **(env or {})},
+            cwd=dir,
+        )
 
     def get(self, path: str, *, token: str | None = TOKEN, timeout: float = 5.0) -> httpx.Response:
         """GET ``path`` on this node."""
@@ -163,7 +174,9 @@ class Node(Proc):
         last = ""
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
-                raise AssertionError(f"node exited {self.popen.returncode} before ready:\n{self.output()[-4000:]}")
+                raise AssertionError(
+                    f"node exited {self.popen.returncode} before ready:\n{self.output()[-4000:]}"
+                )
             try:
                 r = self.get("/ready", token=None, timeout=2.0)
                 if r.status_code == 200:
@@ -187,8 +200,11 @@ def node_file(dir: Path, *, node_id: str, port: int, **sections: Any) -> Path:
     data: dict[str, Any] = {
         "node": {"id": node_id},
         "store": {"dir": str(dir / "store")},
-        "api": {"host": "127.0.0.1", "port": port,
-                "auth": {"tokens": [{"id": "test", "token": "${CREWLET_API_TOKEN}"}]}},
+        "api": {
+            "host": "127.0.0.1",
+            "port": port,
+            "auth": {"tokens": [{"id": "test", "token": "${CREWLET_API_TOKEN}"}]},
+        },
     }
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
