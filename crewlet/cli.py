@@ -140,7 +140,7 @@ def validate(
         tiers.append("node")
         try:
             data = read_yaml_mapping(node)
-            _, node_issues = node_config_from_data(data, file=node, check_files=True)
+            _, node_issues = node_config_from_data(data, file=node, check_files=True, strict_env=False)
             issues += node_issues
         except ConfigInvalid as e:
             issues += e.issues

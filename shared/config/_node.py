@@ -307,7 +307,7 @@ _EMPTY_ROLES = object()
 
 
 def _resolve(
-    data: Mapping[str, Any], env: Mapping[str, str], file: str
+    data: Mapping[str, Any], env: Mapping[str, str], file: str, *, strict_env: bool = True
 ) -> tuple[dict[str, Any], list[Issue]]:
     issues: list[Issue] = []
     data = dict(data)
@@ -320,6 +320,11 @@ def _resolve(
         id_ref_unset = True
 
     def unset(path: str, name: str) -> str:
+        if not strict_env:  # validating a file meant for another machine: keep the reference, warn
+            issues.append(
+                Issue(file, path, "missing", f"${{{name}}} is not set here; it must be set where the node runs", "warning")
+            )
+            return f"${{{name}}}"
         issues.append(
             Issue(
                 file, path, "missing", f"${{{name}}} is not set in the environment; set it or write the value"
@@ -340,6 +345,7 @@ def node_config_from_data(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     check_files: bool = True,
+    strict_env: bool = True,
 ) -> tuple[NodeConfig | None, list[Issue]]:
     """Validate node-file data: resolve ``${VAR}``, check shape, then every Tier A refusal.
 
@@ -351,6 +357,9 @@ def node_config_from_data(
         overrides: Per-process overrides (FL-12): ``roles`` (list of names), ``api_host``,
             ``api_port``, ``store_dir``; applied before validation so refusals see them.
         check_files: Whether TLS files must exist (FL-3); off for pure document checks.
+        strict_env: True at boot: an unset ``${VAR}`` is an error naming the key. False for
+            ``crewlet validate``, which may check a file meant for another machine: an unset
+            reference is a warning and stays in place.
 
     Returns:
         ``(config, issues)``: ``config`` is None when any issue is an error; ``issues`` holds every
@@ -359,7 +368,7 @@ def node_config_from_data(
     from ._node_rules import check_node  # the refusals table (FL-158)
 
     env = os.environ if env is None else env
-    resolved, issues = _resolve(data, env, file)
+    resolved, issues = _resolve(data, env, file, strict_env=strict_env)
     node = resolved.get("node")
     if node is None:
         node = resolved["node"] = {}

@@ -434,7 +434,7 @@ def check_node(raw: dict[str, Any], cfg: NodeConfig | None, *, file: str, check_
             if not isinstance(tok, dict):
                 continue
             value = tok.get("token")
-            if isinstance(value, str) and len(value) < MIN_TOKEN_CHARS:
+            if isinstance(value, str) and "${" not in value and len(value) < MIN_TOKEN_CHARS:
                 err(
                     f"api.auth.tokens[{i}].token",
                     "out_of_range",
