@@ -172,7 +172,8 @@ def _start(cfg: NodeConfig, company_path: str | None, warnings: list[Issue]) -> 
         logs.get("config").warning("config_warning", file=w.file, path=w.path, message=w.message)
     from .node import run_node
 
-    code = asyncio.run(run_node(cfg, company, org))
+    del org
+    code = asyncio.run(run_node(cfg, company))
     raise typer.Exit(code)
 
 

@@ -100,18 +100,45 @@ def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
     }
 
 
-async def run_node(cfg: NodeConfig, company: Any = None, org: Any = None) -> int:
+def apply_company(ctx: NodeContext, company: Any) -> None:
+    """Apply a company document to this node (CO-4, CO-5): resolve its secrets, build the org model.
+
+    An unset ``${VAR}`` resolves to ``""`` and is logged once per apply as ``secret_unresolved``
+    (name and path, never a value); the surfaces that need it answer 503 until it is set.
+
+    Raises:
+        ConfigInvalid: a resolved value breaks a rule of its key.
+    """
+    from shared.config import OrgModel, inert_paths, resolve_secrets
+
+    resolved, unresolved = resolve_secrets(company, os.environ)
+    for path, name in unresolved:
+        _log.warning("secret_unresolved", name=name, path=path)
+    for path in inert_paths(company):
+        _log.info("feature_inert", path=path)
+    ctx.company = company
+    ctx.resolved = resolved
+    ctx.org = OrgModel.from_company(resolved)
+    ctx.extras["applied_epoch"] = int(ctx.extras.get("applied_epoch", 0)) + 1
+
+
+async def run_node(cfg: NodeConfig, company: Any = None) -> int:
     """Run one node until it is drained; return the process exit code.
 
     Args:
         cfg: The validated node file.
         company: The company document to apply at boot (a seed, CO-4), or None to run unconfigured.
-        org: The org model built from ``company``.
 
     Returns:
         The exit code (see the module docstring).
     """
-    ctx = NodeContext(cfg, company=company, org=org)
+    ctx = NodeContext(cfg)
+    if company is not None:
+        try:
+            apply_company(ctx, company)
+        except CrewletError as e:
+            _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
+            return 2
     roles = load_roles(ctx)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -28,6 +28,7 @@ Slot = Literal[
     "budgets",
     "channels",
     "objects",
+    "messages",
 ]
 SLOTS: tuple[Slot, ...] = Slot.__args__  # type: ignore[attr-defined]
 
@@ -76,5 +77,6 @@ def bucket_specs(prefix: str, *, lease_ttl: timedelta) -> dict[Slot, BucketSpec]
         ("budgets", None, "token usage counters"),
         ("channels", None, "agent-to-agent channel records"),
         ("objects", None, "which object store holds the company's files; collector status"),
+        ("messages", timedelta(days=7), "API message status and reply (CO-8; ours)"),
     ]
     return {slot: BucketSpec(slot, f"{prefix}_{slot}", age, holds) for slot, age, holds in table}

@@ -36,8 +36,10 @@ class NodeContext:
 
     Attributes:
         cfg: The validated node file.
-        company: The active company document (``shared.config.Company``) or None when unconfigured.
-        org: The org model built from ``company``, or None.
+        company: The active company document as written (``${VAR}`` references intact; what
+            ``GET /config`` shows), or None when unconfigured.
+        resolved: The same document with its secrets resolved at apply time (CO-5); never logged.
+        org: The org model built from ``resolved``, or None.
         owner: This incarnation's owner string (FL-10).
         link: The broker link once connected.
         coord: The coordination store once provisioned.
@@ -51,6 +53,7 @@ class NodeContext:
 
     cfg: NodeConfig
     company: Any = None
+    resolved: Any = None
     org: Any = None
     owner: str = ""
     link: BrokerLink | None = None

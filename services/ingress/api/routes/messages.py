@@ -1,0 +1,96 @@
+"""``POST /seats/{handle}/messages`` and ``GET /messages/{id}`` (CO-8).
+
+A message is an ``external_notification{source: api}``; a task is ``task_assigned``. Its status
+lives in the coordination ``messages`` bucket (7 days; ours), so any ingress node answers
+``GET /messages/{id}`` whichever node ran the turn: the seat's node writes ``running`` and then
+``answered`` (with the reply and ``turn_id``) or ``failed``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.coordination import CoordinationUnavailable
+from shared.runtime import NodeContext, api_error, require_grant
+
+from ...triggers import TriggerPublisher
+
+__all__ = ["MessageIn", "router"]
+
+_KEY_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+class MessageIn(BaseModel):
+    """The body of ``POST /seats/{handle}/messages`` (CO-8)."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=32_000)
+    kind: Literal["message", "task"] = "message"
+    work_item: str | None = Field(default=None, pattern=r"^[A-Z][A-Z0-9]{1,9}-[1-9][0-9]*$")
+    sender: str | None = Field(default=None, max_length=200)
+    conversation_key: str | None = Field(default=None, max_length=200)
+
+
+def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
+    """Build the message routes."""
+    r = APIRouter(tags=["messages"])
+
+    @r.post("/seats/{handle}/messages", status_code=202,
+            dependencies=[Depends(require_grant(ctx.cfg, "work:write"))])
+    async def post_message(handle: str, body: MessageIn) -> dict[str, Any]:
+        if ctx.draining:
+            raise api_error(503, "draining", "this node is draining; retry on another node",
+                            headers={"Retry-After": "5"})
+        if ctx.org is None:
+            raise api_error(503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"})
+        seat = ctx.org.seat(handle)
+        if seat is None:
+            raise api_error(404, "unknown_seat", f"handle: no seat {handle!r} in the active company")
+        if seat.kind == "human":
+            raise api_error(409, "human_seat_has_no_inbox", f"handle: {handle!r} is a human seat; it has no inbox")
+        message_id = str(uuid.uuid4())
+        record = {"message_id": message_id, "seat": handle, "status": "queued", "reply": None, "turn_id": None,
+                  "error": None, "kind": body.kind}
+        if ctx.coord is None:
+            raise api_error(503, "lease store unavailable", "the node has no coordination store yet")
+        try:
+            await ctx.coord.put("messages", message_id, json.dumps(record).encode())
+        except CoordinationUnavailable as e:
+            raise api_error(503, "message_store_unavailable", str(e), headers={"Retry-After": "5"}) from None
+        payload: dict[str, Any] = {"text": body.text, "message_id": message_id, "sender": body.sender,
+                                   "conversation_key": body.conversation_key, "source": "api"}
+        extra: dict[str, Any] = {}
+        if body.work_item:
+            payload["work_item"] = body.work_item
+            extra["work_item"] = body.work_item
+        published = await publisher.publish(
+            handle,
+            type="external_notification" if body.kind == "message" else "task_assigned",
+            source="api",
+            payload=payload,
+            msg_id=f"message:{message_id}",
+            extra=extra,
+        )
+        return {"message_id": message_id, "event_id": published.event_id, "trace_id": published.trace_id}
+
+    @r.get("/messages/{message_id}", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
+    async def get_message(message_id: str) -> dict[str, Any]:
+        if not message_id or not set(message_id) <= _KEY_OK:
+            raise api_error(400, "invalid_message_id", "message_id: not a message id")
+        if ctx.coord is None:
+            raise api_error(503, "lease store unavailable", "the node has no coordination store yet")
+        try:
+            entry = await ctx.coord.get("messages", message_id)
+        except CoordinationUnavailable as e:
+            raise api_error(503, "message_store_unavailable", str(e), headers={"Retry-After": "5"}) from None
+        if entry is None:
+            raise api_error(404, "unknown_message", f"message_id: no message {message_id!r} (kept 7 days)")
+        data: dict[str, Any] = json.loads(entry.value)
+        return data
+
+    return r

@@ -1,0 +1,135 @@
+"""``POST /webhooks/inbound/{source}``: the generic signed webhook (CO-9; FL-122 claims dedupe).
+
+Order of checks, so a refused request stores and publishes nothing:
+
+1. draining → 503 + ``Retry-After`` (FL-129);
+2. unknown source → 404 ``unknown_source``;
+3. body over 5 MiB → 413 ``body_too_large`` (read with a cap, never buffered past it);
+4. no configured or resolved secret → 503 ``webhook_secret_unset`` + ``Retry-After: 60``;
+5. signature (``sha256=<hex HMAC-SHA256 of the raw body>``) missing or wrong → 401, compared in
+   constant time over the raw bytes *before* parsing;
+6. body not a JSON object → 400 ``invalid_json``;
+7. the delivery id (the entry's ``delivery_header``) is claimed once in the ``claims`` bucket: a
+   repeat answers 200 ``{"status": "duplicate"}`` and publishes nothing. The claim fails open (FL-33):
+   when the store cannot be asked the delivery is processed;
+8. an ``external_notification{source: "webhook:<source>", text, body}`` is published to the routed
+   seat's inbox with the delivery id as ``Nats-Msg-Id``; 202 ``{"status": "accepted", "event_id",
+   "trace_id", "seat"}``. A failed publish releases the claim, so the sender's retry is not a duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from shared import logs
+from shared.coordination import CoordinationUnavailable, RevisionConflict
+from shared.runtime import NodeContext, api_error
+
+from ...triggers import TriggerPublisher, json_pointer
+
+__all__ = ["MAX_BODY_BYTES", "router", "signature_ok"]
+
+MAX_BODY_BYTES = 5 * 1024 * 1024
+"""The largest webhook body accepted, in bytes (CO-9)."""
+
+_log = logs.get("ingress.webhook")
+
+
+def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
+    """True when ``header`` is ``sha256=`` + hex(HMAC-SHA256(secret, body)), compared in constant time."""
+    if not header or not header.startswith("sha256="):
+        return False
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected.encode(), header.strip().lower().encode())
+
+
+async def _read_capped(request: Request, limit: int) -> bytes | None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
+    """Build the webhook route over ``ctx`` publishing through ``publisher``."""
+    r = APIRouter(tags=["webhooks"])
+
+    @r.post("/webhooks/inbound/{source}", status_code=202)
+    async def inbound(source: str, request: Request) -> Any:
+        if ctx.draining:
+            raise api_error(503, "draining", "this node is draining; retry on another node",
+                            headers={"Retry-After": "5"})
+        if ctx.org is None:
+            raise api_error(503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"})
+        hook = ctx.org.webhook(source)
+        if hook is None:
+            raise api_error(404, "unknown_source", f"no integrations.webhooks entry has source {source!r}")
+        body = await _read_capped(request, MAX_BODY_BYTES)
+        if body is None:
+            raise api_error(413, "body_too_large", f"the body is over {MAX_BODY_BYTES} bytes (5 MiB)")
+        if not hook.secret:
+            raise api_error(503, "webhook_secret_unset",
+                            f"integrations.webhooks[{source}].secret is not configured or its variable is unset",
+                            headers={"Retry-After": "60"})
+        if not signature_ok(hook.secret, body, request.headers.get(hook.signature_header)):
+            _log.warning("webhook_signature_rejected", source=source)
+            raise api_error(401, "bad_signature", f"{hook.signature_header} is missing or does not match the body")
+        try:
+            payload = json.loads(body)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise api_error(400, "invalid_json", f"body: not JSON ({e})") from None
+        if not isinstance(payload, dict):
+            raise api_error(400, "invalid_json", "body: a JSON object is required")
+        seat = ctx.org.webhook_route(source)
+        if seat is None:
+            raise api_error(404, "unknown_seat", f"route_to of webhook {source!r} resolves to no agent seat")
+        delivery = request.headers.get(hook.delivery_header, "").strip()
+        if not delivery:
+            raise api_error(400, "missing_delivery_id", f"header {hook.delivery_header} is required")
+        claim_key = f"webhook.{source}.{hashlib.sha256(delivery.encode()).hexdigest()[:40]}"
+        claimed = False
+        if ctx.coord is not None:
+            try:
+                await ctx.coord.create("claims", claim_key, json.dumps({"node": ctx.node_id}).encode())
+                claimed = True
+            except RevisionConflict:
+                _log.info("webhook_duplicate", source=source, delivery=delivery)
+                return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
+            except CoordinationUnavailable as e:  # fails open (FL-33): process the delivery
+                _log.warning("webhook_claim_unknown", source=source, delivery=delivery, error=str(e))
+        pointer_value = json_pointer(payload, hook.text_pointer)
+        text = pointer_value if isinstance(pointer_value, str) else json.dumps(pointer_value) if pointer_value else ""
+        event = request.headers.get("x-github-event", "")
+        try:
+            published = await publisher.publish(
+                seat,
+                type="external_notification",
+                source=f"webhook:{source}",
+                payload={"source": f"webhook:{source}", "text": text, "body": payload, "event": event,
+                         "delivery": delivery},
+                msg_id=f"webhook:{source}:{delivery}",
+            )
+        except Exception:
+            if claimed and ctx.coord is not None:
+                try:
+                    await ctx.coord.delete("claims", claim_key)
+                except CoordinationUnavailable:
+                    pass
+            raise
+        _log.info("webhook_accepted", source=source, seat=seat, delivery=delivery, event_id=published.event_id)
+        return {"status": "accepted", "seat": seat, "event_id": published.event_id, "trace_id": published.trace_id}
+
+    return r

@@ -1,0 +1,119 @@
+"""Publishing triggers into seat inboxes (CO-6 envelopes, CO-8, CO-9).
+
+Every trigger is one CO-6 envelope published to ``crewlet.agent.<handle>.inbox`` through the bus
+seam, with a message id for JetStream's duplicate window and the W3C trace context of the span
+that received it, so the seat's turn joins the same trace (CO-21).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from opentelemetry import trace
+
+__all__ = ["Published", "TriggerPublisher", "json_pointer"]
+
+_tracer = trace.get_tracer("crewlet.ingress")
+
+
+def json_pointer(doc: Any, pointer: str) -> Any:
+    """Resolve an RFC 6901 JSON Pointer in ``doc``; None when any step is missing.
+
+    Args:
+        doc: Parsed JSON.
+        pointer: ``""`` (the whole document) or ``/a/0/b`` with ``~1`` for ``/`` and ``~0`` for ``~``.
+    """
+    if pointer in ("", "/"):
+        return doc
+    cur = doc
+    for raw in pointer.lstrip("/").split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(cur, dict):
+            if part not in cur:
+                return None
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return None
+    return cur
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a publish answered: the envelope id and its trace id (32 hex)."""
+
+    event_id: str
+    trace_id: str
+
+
+PublishFn = Callable[[str, dict[str, Any], str, dict[str, str]], Awaitable[None]]
+"""``publish(handle, envelope, msg_id, headers)``: put one envelope on a seat's inbox."""
+
+
+class TriggerPublisher:
+    """Builds CO-6 envelopes and publishes them to seat inboxes.
+
+    Args:
+        publish: The bus call that puts an envelope on a seat's inbox.
+        inject: Writes the current trace context into a header dict (W3C ``traceparent``).
+    """
+
+    def __init__(self, publish: PublishFn, inject: Callable[[dict[str, str]], None]) -> None:
+        self._publish = publish
+        self._inject = inject
+
+    async def publish(
+        self,
+        handle: str,
+        *,
+        type: str,
+        source: str,
+        payload: dict[str, Any],
+        msg_id: str,
+        extra: dict[str, Any] | None = None,
+    ) -> Published:
+        """Publish one trigger to ``handle``'s inbox inside a ``webhook.receive`` span.
+
+        Args:
+            handle: The seat.
+            type: The CO-6 trigger type (``external_notification``, ``task_assigned``).
+            source: The trigger source (``api``, ``webhook:<name>``, ``work``).
+            payload: The envelope's payload object.
+            msg_id: The JetStream message id (a retried publish within the duplicate window lands once).
+            extra: Additional top-level envelope fields (``work_item``, ``parent_turn_id``, ...).
+
+        Returns:
+            The envelope id and trace id.
+
+        Raises:
+            Whatever the bus raises when the publish is refused or its outcome is unknown.
+        """
+        event_id = str(uuid.uuid4())
+        with _tracer.start_as_current_span("webhook.receive", attributes={"crewlet.seat": handle,
+                                                                           "crewlet.trigger.source": source}) as span:
+            sc = span.get_span_context()
+            trace_id = format(sc.trace_id, "032x") if sc.is_valid else uuid.uuid4().hex
+            span_id = format(sc.span_id, "016x") if sc.is_valid else ""
+            envelope: dict[str, Any] = {
+                "id": event_id,
+                "type": type,
+                "timestamp": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "source": source,
+                "payload": payload,
+                "trace_id": trace_id,
+                "span_id": span_id,
+                "parent_span_id": "",
+                "delegation_depth": 0,
+                "parent_turn_id": None,
+                "delegation_chain": [],
+                **(extra or {}),
+            }
+            headers: dict[str, str] = {}
+            self._inject(headers)
+            await self._publish(handle, envelope, msg_id, headers)
+        return Published(event_id, trace_id)
