@@ -37,7 +37,14 @@ from fastapi import FastAPI
 from shared import broker, coordination, leases, logs
 from shared.config import ALL_ROLES, NodeConfig
 from shared.errors import CrewletError
-from shared.runtime import PROTOCOL_VERSION, NodeContext, RoleService, install_error_handlers, probes_router
+from shared.runtime import (
+    PROTOCOL_VERSION,
+    NodeContext,
+    RoleService,
+    Watchdog,
+    install_error_handlers,
+    probes_router,
+)
 
 __all__ = ["build_app", "run_node"]
 
@@ -181,6 +188,9 @@ async def run_node(cfg: NodeConfig, company: Any = None) -> int:
         event = "api_listening" if "ingress" in cfg.roles else "api_probes_listening"
         _log.info(event, host=cfg.api.host, port=cfg.api.port)
 
+    watchdog = Watchdog(cfg.coordination.lease_ttl_seconds)
+    watchdog.start()
+    ctx.extras["watchdog_lag"] = watchdog.worst_lag
     presence: leases.Presence | None = None
     started: list[RoleService] = []
     code = 0
@@ -229,6 +239,7 @@ async def run_node(cfg: NodeConfig, company: Any = None) -> int:
         code = 1 if e.retryable else 2
         _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
     ctx.draining = True
+    await watchdog.stop()  # FL-101: disarmed first; teardown may legitimately block
     for role in reversed(started):
         try:
             await role.drain(ctx)

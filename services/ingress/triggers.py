@@ -94,8 +94,9 @@ class TriggerPublisher:
             Whatever the bus raises when the publish is refused or its outcome is unknown.
         """
         event_id = str(uuid.uuid4())
-        with _tracer.start_as_current_span("webhook.receive", attributes={"crewlet.seat": handle,
-                                                                           "crewlet.trigger.source": source}) as span:
+        with _tracer.start_as_current_span(
+            "webhook.receive", attributes={"crewlet.seat": handle, "crewlet.trigger.source": source}
+        ) as span:
             sc = span.get_span_context()
             trace_id = format(sc.trace_id, "032x") if sc.is_valid else uuid.uuid4().hex
             span_id = format(sc.span_id, "016x") if sc.is_valid else ""

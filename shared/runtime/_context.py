@@ -123,4 +123,7 @@ class NodeContext:
             "applied_epoch": self.extras.get("applied_epoch", 0),
             "seats": seats_block,
             "uptime_seconds": round(time.monotonic() - self.started_at, 3),
+            "watchdog_lag_seconds": round(float(lag()), 3)
+            if callable(lag := self.extras.get("watchdog_lag"))
+            else 0.0,
         }

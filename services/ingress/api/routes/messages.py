@@ -40,30 +40,50 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
     """Build the message routes."""
     r = APIRouter(tags=["messages"])
 
-    @r.post("/seats/{handle}/messages", status_code=202,
-            dependencies=[Depends(require_grant(ctx.cfg, "work:write"))])
+    @r.post(
+        "/seats/{handle}/messages",
+        status_code=202,
+        dependencies=[Depends(require_grant(ctx.cfg, "work:write"))],
+    )
     async def post_message(handle: str, body: MessageIn) -> dict[str, Any]:
         if ctx.draining:
-            raise api_error(503, "draining", "this node is draining; retry on another node",
-                            headers={"Retry-After": "5"})
+            raise api_error(
+                503, "draining", "this node is draining; retry on another node", headers={"Retry-After": "5"}
+            )
         if ctx.org is None:
-            raise api_error(503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"})
+            raise api_error(
+                503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"}
+            )
         seat = ctx.org.seat(handle)
         if seat is None:
             raise api_error(404, "unknown_seat", f"handle: no seat {handle!r} in the active company")
         if seat.kind == "human":
-            raise api_error(409, "human_seat_has_no_inbox", f"handle: {handle!r} is a human seat; it has no inbox")
+            raise api_error(
+                409, "human_seat_has_no_inbox", f"handle: {handle!r} is a human seat; it has no inbox"
+            )
         message_id = str(uuid.uuid4())
-        record = {"message_id": message_id, "seat": handle, "status": "queued", "reply": None, "turn_id": None,
-                  "error": None, "kind": body.kind}
+        record = {
+            "message_id": message_id,
+            "seat": handle,
+            "status": "queued",
+            "reply": None,
+            "turn_id": None,
+            "error": None,
+            "kind": body.kind,
+        }
         if ctx.coord is None:
             raise api_error(503, "lease store unavailable", "the node has no coordination store yet")
         try:
             await ctx.coord.put("messages", message_id, json.dumps(record).encode())
         except CoordinationUnavailable as e:
             raise api_error(503, "message_store_unavailable", str(e), headers={"Retry-After": "5"}) from None
-        payload: dict[str, Any] = {"text": body.text, "message_id": message_id, "sender": body.sender,
-                                   "conversation_key": body.conversation_key, "source": "api"}
+        payload: dict[str, Any] = {
+            "text": body.text,
+            "message_id": message_id,
+            "sender": body.sender,
+            "conversation_key": body.conversation_key,
+            "source": "api",
+        }
         extra: dict[str, Any] = {}
         if body.work_item:
             payload["work_item"] = body.work_item

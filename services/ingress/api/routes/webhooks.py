@@ -70,10 +70,13 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
     @r.post("/webhooks/inbound/{source}", status_code=202)
     async def inbound(source: str, request: Request) -> Any:
         if ctx.draining:
-            raise api_error(503, "draining", "this node is draining; retry on another node",
-                            headers={"Retry-After": "5"})
+            raise api_error(
+                503, "draining", "this node is draining; retry on another node", headers={"Retry-After": "5"}
+            )
         if ctx.org is None:
-            raise api_error(503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"})
+            raise api_error(
+                503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"}
+            )
         hook = ctx.org.webhook(source)
         if hook is None:
             raise api_error(404, "unknown_source", f"no integrations.webhooks entry has source {source!r}")
@@ -81,12 +84,17 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         if body is None:
             raise api_error(413, "body_too_large", f"the body is over {MAX_BODY_BYTES} bytes (5 MiB)")
         if not hook.secret:
-            raise api_error(503, "webhook_secret_unset",
-                            f"integrations.webhooks[{source}].secret is not configured or its variable is unset",
-                            headers={"Retry-After": "60"})
+            raise api_error(
+                503,
+                "webhook_secret_unset",
+                f"integrations.webhooks[{source}].secret is not configured or its variable is unset",
+                headers={"Retry-After": "60"},
+            )
         if not signature_ok(hook.secret, body, request.headers.get(hook.signature_header)):
             _log.warning("webhook_signature_rejected", source=source)
-            raise api_error(401, "bad_signature", f"{hook.signature_header} is missing or does not match the body")
+            raise api_error(
+                401, "bad_signature", f"{hook.signature_header} is missing or does not match the body"
+            )
         try:
             payload = json.loads(body)
         except (UnicodeDecodeError, ValueError) as e:
@@ -111,15 +119,26 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
             except CoordinationUnavailable as e:  # fails open (FL-33): process the delivery
                 _log.warning("webhook_claim_unknown", source=source, delivery=delivery, error=str(e))
         pointer_value = json_pointer(payload, hook.text_pointer)
-        text = pointer_value if isinstance(pointer_value, str) else json.dumps(pointer_value) if pointer_value else ""
+        text = (
+            pointer_value
+            if isinstance(pointer_value, str)
+            else json.dumps(pointer_value)
+            if pointer_value
+            else ""
+        )
         event = request.headers.get("x-github-event", "")
         try:
             published = await publisher.publish(
                 seat,
                 type="external_notification",
                 source=f"webhook:{source}",
-                payload={"source": f"webhook:{source}", "text": text, "body": payload, "event": event,
-                         "delivery": delivery},
+                payload={
+                    "source": f"webhook:{source}",
+                    "text": text,
+                    "body": payload,
+                    "event": event,
+                    "delivery": delivery,
+                },
                 msg_id=f"webhook:{source}:{delivery}",
             )
         except Exception:
@@ -129,7 +148,14 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
                 except CoordinationUnavailable:
                     pass
             raise
-        _log.info("webhook_accepted", source=source, seat=seat, delivery=delivery, event_id=published.event_id)
-        return {"status": "accepted", "seat": seat, "event_id": published.event_id, "trace_id": published.trace_id}
+        _log.info(
+            "webhook_accepted", source=source, seat=seat, delivery=delivery, event_id=published.event_id
+        )
+        return {
+            "status": "accepted",
+            "seat": seat,
+            "event_id": published.event_id,
+            "trace_id": published.trace_id,
+        }
 
     return r
