@@ -1,7 +1,49 @@
-"""Leases seam: presence, seat and duty leases with epoch fencing (FL-42..FL-75, FL-91..FL-99)."""
+"""Leases seam: presence, seat leases with epoch fencing, the completion ledger (FL-42..FL-75, FL-88..FL-90).
 
+Seat leases: :class:`SeatHost` (claim, heartbeat, release, admission ``may_start``, the in-turn fence
+``may_continue``, the ack fence ``holds``) over :class:`SeatLeases` (the three-write claim, CAS
+renew, fenced release). Data nodes fence writes with :func:`check_epoch`.
+"""
+
+from ._epochs import EpochRecord, check_epoch, current_epoch, read_epoch
+from ._errors import LeaseContention, LeaseError
+from ._host import (
+    FENCED_REASONS,
+    VOLUNTARY_REASONS,
+    ClaimAll,
+    PlacementPolicy,
+    Plan,
+    ReleaseReason,
+    SeatHost,
+)
+from ._ledger import Ledger
 from ._presence import Presence
 from ._records import LeaseRecord, key_of, resource_of
+from ._seat import CAS_ROUNDS, Grant, SeatLease, SeatLeases
 from ._view import fleet_view
 
-__all__ = ["LeaseRecord", "Presence", "fleet_view", "key_of", "resource_of"]
+__all__ = [
+    "CAS_ROUNDS",
+    "FENCED_REASONS",
+    "VOLUNTARY_REASONS",
+    "ClaimAll",
+    "EpochRecord",
+    "Grant",
+    "LeaseContention",
+    "LeaseError",
+    "LeaseRecord",
+    "Ledger",
+    "PlacementPolicy",
+    "Plan",
+    "Presence",
+    "ReleaseReason",
+    "SeatHost",
+    "SeatLease",
+    "SeatLeases",
+    "check_epoch",
+    "current_epoch",
+    "fleet_view",
+    "key_of",
+    "read_epoch",
+    "resource_of",
+]

@@ -49,6 +49,11 @@ class LeaseRecord:
         epoch: The fencing token (0 for presence).
         protocol: The holder's lease protocol (FL-133).
         meta: Presence meta (roles, labels, broker kind, posture, ...) or seat details.
+        ttl: The lease TTL in seconds the holder renews against (FL-48); 0 when not stated. Only
+            written when set, so records from before the field read and write unchanged.
+
+    .. versionchanged:: 0.1
+        ``ttl`` added (additive, FL-136).
     """
 
     resource: str
@@ -57,21 +62,21 @@ class LeaseRecord:
     epoch: int = 0
     protocol: int = 1
     meta: dict[str, Any] = field(default_factory=dict)
+    ttl: float = 0.0
 
     def encode(self) -> bytes:
         """Serialise to the stored JSON bytes."""
-        return json.dumps(
-            {
-                "resource": self.resource,
-                "owner": self.owner,
-                "node": self.node,
-                "epoch": self.epoch,
-                "protocol": self.protocol,
-                "meta": self.meta,
-            },
-            separators=(",", ":"),
-            sort_keys=True,
-        ).encode()
+        data: dict[str, Any] = {
+            "resource": self.resource,
+            "owner": self.owner,
+            "node": self.node,
+            "epoch": self.epoch,
+            "protocol": self.protocol,
+            "meta": self.meta,
+        }
+        if self.ttl > 0:
+            data["ttl"] = self.ttl
+        return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def decode(cls, key: str, raw: bytes) -> LeaseRecord:
@@ -91,6 +96,7 @@ class LeaseRecord:
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         protocol = data.get("protocol")
         epoch = data.get("epoch")
+        ttl = data.get("ttl")
         return cls(
             resource=str(data.get("resource") or resource_of(key)),
             owner=str(data.get("owner") or ""),
@@ -98,6 +104,7 @@ class LeaseRecord:
             epoch=epoch if isinstance(epoch, int) else 0,
             protocol=protocol if isinstance(protocol, int) else 1,
             meta=meta,
+            ttl=float(ttl) if isinstance(ttl, int | float) and ttl > 0 else 0.0,
         )
 
     @property

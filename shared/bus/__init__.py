@@ -1,0 +1,63 @@
+"""Bus seam: streams, seat mailboxes and the inbox publish over JetStream (CO-6, CO-7, FL-76..FL-87).
+
+Nothing above this seam imports nats for messaging: nats-py errors are translated into
+:class:`BusError` subclasses here.
+"""
+
+from ._bus import ACK_WAIT, MAX_DELIVER, Bus, MailboxState, Published
+from ._envelope import Envelope
+from ._errors import (
+    BusError,
+    BusUnavailable,
+    MailboxDetached,
+    MailboxFenced,
+    PublishOutcomeUnknown,
+    StreamMismatch,
+    SubjectRefused,
+)
+from ._mailbox import Deferred, Delivery, Fence, Mailbox, Outcome
+from ._names import (
+    check_subject,
+    control_group,
+    control_subject,
+    dlq_subject,
+    durable_name,
+    inbox_group,
+    inbox_subject,
+    namespace_stream,
+)
+from ._streams import AGENT_STREAM, DLQ_STREAM, STREAMS, StreamSpec, provision_streams
+
+__all__ = [
+    "ACK_WAIT",
+    "AGENT_STREAM",
+    "DLQ_STREAM",
+    "MAX_DELIVER",
+    "STREAMS",
+    "Bus",
+    "BusError",
+    "BusUnavailable",
+    "Deferred",
+    "Delivery",
+    "Envelope",
+    "Fence",
+    "Mailbox",
+    "MailboxDetached",
+    "MailboxFenced",
+    "MailboxState",
+    "Outcome",
+    "PublishOutcomeUnknown",
+    "Published",
+    "StreamMismatch",
+    "StreamSpec",
+    "SubjectRefused",
+    "check_subject",
+    "control_group",
+    "control_subject",
+    "dlq_subject",
+    "durable_name",
+    "inbox_group",
+    "inbox_subject",
+    "namespace_stream",
+    "provision_streams",
+]

@@ -1,0 +1,543 @@
+"""The seat host: which seats this node holds, their heartbeat, admission and fences (FL-50..FL-74).
+
+:class:`SeatHost` owns this incarnation's seat leases. It claims what the placement policy asks
+for (FL-56 adds fair share later; the default policy claims every seat it is given), renews every
+held lease each heartbeat (TTL/3, FL-52), and calls the caller's hooks: ``on_acquire`` after a
+grant (attach the mailbox there, last, FL-65), ``on_release`` on every release (detach there),
+``on_quiesce``/``on_resume`` on both edges of an unknown renew (FL-73).
+
+Renew outcomes (FL-53): *yes* keeps the seat; *no* (lapsed, moved, superseded) releases it fenced
+now, reason ``lease_lost``, logging ``seat_lost``; *unknown* keeps the seat, quiesces it (nothing
+new is admitted) and retries each heartbeat, and once a full TTL has passed since the last
+successful renew the lease has lapsed anyway: fenced release. A short store blip never releases a
+seat.
+
+Three questions, three strengths:
+
+- :meth:`SeatHost.may_start` (admission, FL-72): the epoch only while the last successful renew is
+  within one heartbeat and the seat is not quiesced. A turn admitted now is owned for at least
+  TTL − heartbeat. A local "is it in my map" check is not admission.
+- :meth:`SeatHost.may_continue` (the in-turn fence, FL-74): held, same epoch, renew fresh.
+- :meth:`SeatHost.holds` (for inbox acks): held, same epoch, and the last successful write is
+  less than one TTL old, so no successor can have won the key yet. A late ack from an older
+  tenure is refused; a store blip does not turn a finished turn's ack into a 30-minute redelivery.
+
+Undead seats (FL-68): when ``on_release`` raises, teardown is unproven: the seat leaves the held set
+(nothing new starts) but its lease keeps being renewed, teardown is retried every heartbeat, the
+lease is released the moment one succeeds, and ``seat_teardown_unproven`` is raised again every 20
+heartbeats with the elapsed time.
+
+Acquire backoff (FL-55): when ``on_acquire`` raises, the seat is released fenced
+(``acquire_failed``) and not claimed again by this node for one TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal, Protocol
+
+import anyio
+
+from shared import logs
+from shared.coordination import Coordination, CoordinationUnavailable
+
+from ._seat import Grant, SeatLeases
+
+__all__ = [
+    "FENCED_REASONS",
+    "VOLUNTARY_REASONS",
+    "ClaimAll",
+    "Plan",
+    "PlacementPolicy",
+    "ReleaseReason",
+    "SeatHost",
+]
+
+_log = logs.get("seat.host")
+
+ReleaseReason = Literal[
+    "drain", "rebalance", "role_gone", "placement", "lease_lost", "acquire_failed", "posture"
+]
+"""Why a seat is given up (fleet.md §26). Voluntary ones let the running handler finish (FL-66)."""
+
+VOLUNTARY_REASONS: frozenset[str] = frozenset({"drain", "rebalance", "role_gone", "placement"})
+FENCED_REASONS: frozenset[str] = frozenset({"lease_lost", "acquire_failed", "posture"})
+
+_UNDEAD_ALARM_BEATS = 20  # FL-68: re-raise the alarm every 20 heartbeats (5 min at TTL 45 s)
+_SWEEP_INTERVAL = 5.0  # FL-56: seconds between placement sweeps
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a placement policy wants done in one sweep.
+
+    Attributes:
+        claim: Handles to claim, in the order to try them (most wanted first, FL-54).
+        release: Handles to give back voluntarily, with the reason (``rebalance``/``placement``).
+    """
+
+    claim: Sequence[str] = ()
+    release: Mapping[str, ReleaseReason] = field(default_factory=dict)
+
+
+class PlacementPolicy(Protocol):
+    """Decides which seats this node should hold (FL-56..FL-64 plug in here)."""
+
+    async def plan(self, seats: Sequence[str], held: Mapping[str, int]) -> Plan:
+        """Return this sweep's claims and voluntary releases.
+
+        Args:
+            seats: Every agent seat of the active company that this node may run, in org order.
+            held: The seats this node holds now → epoch.
+
+        Returns:
+            The plan; the host skips claims of seats it holds or is backing off from.
+        """
+        ...
+
+
+class ClaimAll:
+    """The single-node policy: claim every seat given, give nothing back."""
+
+    async def plan(self, seats: Sequence[str], held: Mapping[str, int]) -> Plan:
+        """See :meth:`PlacementPolicy.plan`."""
+        return Plan(claim=[h for h in seats if h not in held])
+
+
+AcquireHook = Callable[[str, int], Awaitable[None]]
+ReleaseHook = Callable[[str, str], Awaitable[None]]
+QuiesceHook = Callable[[str], Awaitable[None]]
+ResumeHook = Callable[[str, int], Awaitable[None]]
+
+
+async def _noop(*_: Any) -> None:
+    return None
+
+
+@dataclass
+class _Seat:
+    grant: Grant
+    ready: bool = False  # on_acquire returned
+    quiesced: bool = False  # an unknown renew since the last good one (FL-73)
+    releasing: bool = False  # a voluntary release is tearing it down
+
+
+@dataclass
+class _Undead:
+    grant: Grant | None  # None once the lease itself was lost
+    reason: str
+    since: float
+    beats: int = 0
+
+
+class SeatHost:
+    """This node's seat leases: claim, heartbeat, release, admission and fences (FL-50..FL-74).
+
+    Args:
+        coord: The coordination store.
+        node_id: This node's stable id (the ``preferred`` hint, FL-54).
+        owner: This incarnation ``{node_id}:{8 hex}`` (``ctx.owner``, FL-10).
+        protocol: This build's lease protocol (FL-133).
+        ttl: The lease TTL (``coordination.lease_ttl_seconds``); heartbeat = TTL/3 (FL-52).
+        on_acquire: ``await on_acquire(handle, epoch)`` after a grant; attach the mailbox last in
+            it (FL-65). Raising releases the seat fenced (``acquire_failed``) and backs off a TTL.
+        on_release: ``await on_release(handle, reason)`` on every release; must be idempotent and
+            tolerate half-built seats (FL-68). Raising makes the seat undead.
+        on_quiesce: ``await on_quiesce(handle)`` at the first unknown renew: stop fetching (FL-73).
+        on_resume: ``await on_resume(handle, epoch)`` at the next good renew: fetch again (FL-73).
+        policy: The placement policy; :class:`ClaimAll` by default.
+        sweep_interval: Seconds between placement sweeps (FL-56: 5 s).
+        clock: Monotonic clock in seconds (tests may pass another).
+    """
+
+    def __init__(
+        self,
+        coord: Coordination,
+        *,
+        node_id: str,
+        owner: str,
+        protocol: int,
+        ttl: timedelta,
+        on_acquire: AcquireHook | None = None,
+        on_release: ReleaseHook | None = None,
+        on_quiesce: QuiesceHook | None = None,
+        on_resume: ResumeHook | None = None,
+        policy: PlacementPolicy | None = None,
+        sweep_interval: float = _SWEEP_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._leases = SeatLeases(
+            coord, node_id=node_id, owner=owner, protocol=protocol, ttl=ttl, clock=clock
+        )
+        self._ttl = ttl.total_seconds()
+        self._hb = self._ttl / 3
+        self._on_acquire: AcquireHook = on_acquire or _noop
+        self._on_release: ReleaseHook = on_release or _noop
+        self._on_quiesce: QuiesceHook = on_quiesce or _noop
+        self._on_resume: ResumeHook = on_resume or _noop
+        self._policy: PlacementPolicy = policy or ClaimAll()
+        self._sweep_interval = sweep_interval
+        self._clock = clock
+        self._held: dict[str, _Seat] = {}
+        self._undead: dict[str, _Undead] = {}
+        self._backoff: dict[str, float] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+        self._seats: list[str] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.last_claim: float | None = None
+        self.last_loss: float | None = None
+
+    # -- intervals ---------------------------------------------------------------------------
+
+    @property
+    def heartbeat(self) -> float:
+        """The heartbeat interval in seconds: TTL/3 (FL-52)."""
+        return self._hb
+
+    @property
+    def leases(self) -> SeatLeases:
+        """The lease operations underneath (for views and tests)."""
+        return self._leases
+
+    def _lock(self, handle: str) -> anyio.Lock:
+        lock = self._locks.get(handle)
+        if lock is None:
+            lock = self._locks[handle] = anyio.Lock()
+        return lock
+
+    # -- the questions -----------------------------------------------------------------------
+
+    def held(self) -> dict[str, int]:
+        """Return the seats this node holds → epoch (undead seats are not held, FL-68)."""
+        return {h: s.grant.epoch for h, s in self._held.items()}
+
+    def may_start(self, handle: str) -> int | None:
+        """Admission (FL-72): the seat's epoch if a new turn may start on it now, else None.
+
+        True only while the last successful renew is within one heartbeat, the acquire hook has
+        finished, the seat is not quiesced (FL-53) and not being released.
+        """
+        seat = self._held.get(handle)
+        if seat is None or not seat.ready or seat.quiesced or seat.releasing:
+            return None
+        if self._clock() - seat.grant.sent_at > self._hb:
+            return None
+        return seat.grant.epoch
+
+    def may_continue(self, handle: str, epoch: int) -> bool:
+        """The in-turn fence (FL-74): still held, same epoch, renew fresh (within one heartbeat).
+
+        Checked before every LLM round and write-capable tool call; False stops the turn before its
+        next call and the delivery is deferred.
+        """
+        seat = self._held.get(handle)
+        return (
+            seat is not None and seat.grant.epoch == epoch and self._clock() - seat.grant.sent_at <= self._hb
+        )
+
+    def holds(self, handle: str, epoch: int) -> bool:
+        """True while ``epoch`` is certainly still this node's tenure of ``handle``.
+
+        Held, same epoch, and the last acknowledged lease write is less than one TTL old, so the
+        store cannot have aged the key out and no successor can hold it. The fence for inbox acks
+        and NAKs (:mod:`shared.bus`): JetStream accepts late acks, so the check is ours.
+        """
+        seat = self._held.get(handle)
+        return (
+            seat is not None and seat.grant.epoch == epoch and self._clock() - seat.grant.sent_at < self._ttl
+        )
+
+    def health(self) -> dict[str, Any]:
+        """The ``seats`` block of ``/health`` (FL-126): held, quiesced, last claim/loss, unproven."""
+        now = self._clock()
+        return {
+            "held": sorted(self._held),
+            "quiesced": sorted(h for h, s in self._held.items() if s.quiesced),
+            "last_claim": None if self.last_claim is None else round(now - self.last_claim, 3),
+            "last_loss": None if self.last_loss is None else round(now - self.last_loss, 3),
+            "unproven_seconds": {h: round(now - u.since, 3) for h, u in self._undead.items()},
+        }
+
+    # -- claim -------------------------------------------------------------------------------
+
+    async def claim(self, handle: str) -> int | None:
+        """Claim one seat and run the acquire hook (FL-50, FL-55, FL-65).
+
+        Returns:
+            The epoch when this node holds the seat after the call (already held: its epoch);
+            None when another owner holds it, the seat is undead here, it is backing off after a
+            failed acquire, or the acquire hook failed.
+
+        Raises:
+            CoordinationUnavailable: unknown (including :class:`LeaseContention`); retry later.
+        """
+        seat = self._held.get(handle)
+        if seat is not None:
+            return seat.grant.epoch
+        if handle in self._undead or self._backoff.get(handle, 0.0) > self._clock():
+            return None
+        async with self._lock(handle):
+            seat = self._held.get(handle)
+            if seat is not None:
+                return seat.grant.epoch
+            grant = await self._leases.acquire(handle)
+            if grant is None:
+                return None
+            seat = self._held[handle] = _Seat(grant)
+            self.last_claim = self._clock()
+        _log.info("seat_claimed", seat=handle, epoch=grant.epoch)
+        try:
+            await self._on_acquire(handle, grant.epoch)
+        except Exception as e:  # noqa: BLE001 - any hook failure is an acquire failure (FL-55)
+            _log.error(
+                "seat_acquire_failed", seat=handle, epoch=grant.epoch, error=f"{type(e).__name__}: {e}"
+            )
+            self._backoff[handle] = self._clock() + self._ttl
+            await self.release(handle, "acquire_failed")
+            return None
+        if self._held.get(handle) is not seat:  # lost while the hook ran: tear down what it built
+            await self._teardown(handle, grant.epoch, "lease_lost")
+            return None
+        seat.ready = True
+        return grant.epoch
+
+    # -- renew -------------------------------------------------------------------------------
+
+    async def renew_all(self) -> dict[str, bool | None]:
+        """Renew every held seat once, concurrently, and act on each outcome (FL-53, FL-73).
+
+        Also renews undead seats' leases and retries their teardown (FL-68).
+
+        Returns:
+            handle → True (renewed), False (lost: released fenced), None (unknown: kept, quiesced;
+            released fenced when a full TTL has passed since the last good renew).
+        """
+        handles = list(self._held)
+        results = await asyncio.gather(*(self._renew(h) for h in handles))
+        await self._tend_undead()
+        return dict(zip(handles, results, strict=True))
+
+    async def _renew(self, handle: str) -> bool | None:
+        seat = self._held.get(handle)
+        if seat is None:
+            return None
+        error = ""
+        async with self._lock(handle):
+            if self._held.get(handle) is not seat:
+                return None
+            try:
+                grant = await self._leases.renew(seat.grant)
+                outcome: bool | None = grant is not None
+            except CoordinationUnavailable as e:
+                grant, outcome = None, None
+                error = str(e)
+            if grant is not None:
+                seat.grant = grant
+        epoch = seat.grant.epoch
+        if outcome is True:
+            if seat.quiesced:
+                seat.quiesced = False
+                _log.info("seat_resumed", seat=handle, epoch=epoch)
+                await self._hook(self._on_resume, handle, epoch)
+            return True
+        if outcome is False:
+            await self._lose(handle, seat, "lease_lost")
+            return False
+        if not seat.quiesced:
+            seat.quiesced = True
+            _log.warning("seat_renew_unknown", seat=handle, epoch=epoch, error=error)
+            await self._hook(self._on_quiesce, handle)
+        if self._clock() - seat.grant.sent_at >= self._ttl:
+            await self._lose(
+                handle, seat, "lease_lost", detail="no successful renew for a full TTL", delete=True
+            )
+        return None
+
+    async def _lose(
+        self, handle: str, seat: _Seat, reason: str, *, detail: str = "", delete: bool = False
+    ) -> None:
+        if self._held.get(handle) is not seat:
+            return
+        del self._held[handle]
+        self.last_loss = self._clock()
+        _log.warning("seat_lost", seat=handle, epoch=seat.grant.epoch, reason=reason, detail=detail or None)
+        await self._teardown(handle, seat.grant.epoch, reason)
+        if delete:  # our clock says it lapsed; the store may still hold it for a moment
+            with contextlib.suppress(CoordinationUnavailable):
+                await self._leases.release(seat.grant)
+
+    async def _teardown(self, handle: str, epoch: int, reason: str) -> None:
+        try:
+            await self._on_release(handle, reason)
+        except Exception as e:  # noqa: BLE001 - the lease is gone; nothing to keep renewing
+            _log.error(
+                "seat_release_hook_failed",
+                seat=handle,
+                epoch=epoch,
+                reason=reason,
+                error=f"{type(e).__name__}: {e}",
+            )
+
+    async def _hook(self, hook: Callable[..., Awaitable[None]], *args: Any) -> None:
+        try:
+            await hook(*args)
+        except Exception as e:  # noqa: BLE001 - a hook failure must not stop the heartbeat
+            _log.error(
+                "seat_hook_failed",
+                hook=getattr(hook, "__name__", "hook"),
+                args=list(args),
+                error=f"{type(e).__name__}: {e}",
+            )
+
+    # -- release -----------------------------------------------------------------------------
+
+    async def release(self, handle: str, reason: ReleaseReason) -> None:
+        """Give up one seat (FL-66, FL-68).
+
+        Voluntary reasons (``drain``, ``rebalance``, ``role_gone``, ``placement``) keep the fence
+        valid while ``on_release`` lets the running handler finish, then delete the lease. Fenced
+        reasons (``lease_lost``, ``acquire_failed``, ``posture``) trip the fence first, so the
+        hook's acks and NAKs are refused and the in-flight delivery stays unacked. Either way the
+        lease is deleted only at the held revision, and never the epoch counter (FL-49). If the
+        hook raises, the seat becomes undead (FL-68). Logs ``seat_released`` with seat, epoch and
+        reason. A seat not held is a no-op.
+        """
+        seat = self._held.get(handle)
+        if seat is None:
+            return
+        fenced = reason in FENCED_REASONS
+        if fenced:
+            del self._held[handle]
+        else:
+            seat.releasing = True
+        try:
+            await self._on_release(handle, reason)
+        except Exception as e:  # noqa: BLE001 - teardown unproven: keep the lease (FL-68)
+            if self._held.get(handle) is seat:
+                del self._held[handle]
+            self._undead[handle] = _Undead(seat.grant, reason, self._clock())
+            _log.error(
+                "seat_teardown_unproven",
+                seat=handle,
+                epoch=seat.grant.epoch,
+                reason=reason,
+                unproven_seconds=0.0,
+                error=f"{type(e).__name__}: {e}",
+            )
+            return
+        if not fenced:
+            if self._held.get(handle) is not seat:
+                return  # lost while the hook ran; the renew path already logged it
+            del self._held[handle]
+        await self._give_up(handle, seat.grant, reason)
+
+    async def _give_up(self, handle: str, grant: Grant, reason: str) -> None:
+        async with self._lock(handle):
+            try:
+                await self._leases.release(grant)
+            except CoordinationUnavailable as e:  # it lapses at the TTL on its own
+                _log.warning("seat_release_unknown", seat=handle, epoch=grant.epoch, error=str(e))
+        _log.info("seat_released", seat=handle, epoch=grant.epoch, reason=reason)
+
+    async def _tend_undead(self) -> None:
+        for handle, undead in list(self._undead.items()):
+            undead.beats += 1
+            if undead.grant is not None:
+                try:
+                    undead.grant = await self._leases.renew(undead.grant)
+                except CoordinationUnavailable:
+                    pass  # keep trying; it may lapse if the store stays away
+            try:
+                await self._on_release(handle, undead.reason)
+            except Exception as e:  # noqa: BLE001
+                if undead.beats % _UNDEAD_ALARM_BEATS == 0:
+                    _log.error(
+                        "seat_teardown_unproven",
+                        seat=handle,
+                        reason=undead.reason,
+                        unproven_seconds=round(self._clock() - undead.since, 3),
+                        error=f"{type(e).__name__}: {e}",
+                    )
+                continue
+            del self._undead[handle]
+            if undead.grant is not None:
+                await self._give_up(handle, undead.grant, undead.reason)
+
+    # -- placement ---------------------------------------------------------------------------
+
+    def assign(self, seats: Sequence[str]) -> None:
+        """Set the agent seats this node may run (org-derived, in org order); the next sweep acts."""
+        self._seats = list(dict.fromkeys(seats))
+
+    async def sweep(self) -> dict[str, int | None]:
+        """One placement pass: release seats no longer assigned (``role_gone``), then the policy's.
+
+        Returns:
+            handle → epoch (or None) for every claim attempted; an unknown claim is logged
+            ``seat_claim_unknown`` and reads None.
+        """
+        assigned = set(self._seats)
+        for handle in [h for h in self._held if h not in assigned]:
+            await self.release(handle, "role_gone")
+        plan = await self._policy.plan(list(self._seats), self.held())
+        for handle, reason in plan.release.items():
+            await self.release(handle, reason)
+        todo = [h for h in plan.claim if h in assigned and h not in self._held]
+        results = await asyncio.gather(*(self._try_claim(h) for h in todo))
+        return dict(zip(todo, results, strict=True))
+
+    async def _try_claim(self, handle: str) -> int | None:
+        try:
+            return await self.claim(handle)
+        except CoordinationUnavailable as e:
+            _log.warning("seat_claim_unknown", seat=handle, error=str(e))
+            return None
+
+    # -- loops -------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        # Renew a little before the admission window of the last renew closes, so admission does
+        # not flap for the round trip of every renewal (FL-72 window = one heartbeat).
+        interval = self._hb - min(0.5, self._hb * 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.renew_all()
+            except Exception as e:  # noqa: BLE001 - the heartbeat must outlive any one failure
+                _log.error("seat_heartbeat_failed", error=f"{type(e).__name__}: {e}")
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except CoordinationUnavailable as e:  # unknown: skip this sweep, keep what is held
+                _log.warning("seat_sweep_unknown", error=str(e))
+            except Exception as e:  # noqa: BLE001 - the sweep must outlive any one failure
+                _log.error("seat_sweep_failed", error=f"{type(e).__name__}: {e}")
+            await asyncio.sleep(self._sweep_interval)
+
+    def start(self) -> None:
+        """Start the heartbeat (every TTL/3, FL-52) and placement sweep (FL-56) loops."""
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._heartbeat_loop(), name="seat-heartbeat"),
+                asyncio.create_task(self._sweep_loop(), name="seat-sweep"),
+            ]
+
+    async def stop(self, *, reason: ReleaseReason = "drain") -> None:
+        """Stop the loops and release every held seat (voluntary for ``drain``), concurrently.
+
+        Undead seats are left to lapse at the TTL: only a restart frees them (FL-68).
+        """
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(self.release(h, reason) for h in list(self._held)))
