@@ -1,0 +1,82 @@
+"""Providers seam: the LLM behind one interface (CO-12..CO-15, CO-3).
+
+:class:`LlmProvider` is the contract (one ``complete`` call, never retried); the backends are
+``openai``/``openai-compatible`` and ``anthropic`` over httpx, and ``offline`` (deterministic,
+rule-driven, labelled ``[offline]``). :func:`build_providers` builds an applied company's
+entries; :class:`ProviderChain` rotates keys and falls back in order.
+"""
+
+from ._anthropic import ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicProvider
+from ._base import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_TIMEOUT_SECONDS, LlmProvider
+from ._chain import ProviderChain, ProviderSet, build_provider, build_providers
+from ._errors import (
+    AuthFailed,
+    ContextTooLong,
+    ErrorKind,
+    FatalLLMError,
+    LLMError,
+    LLMUnavailable,
+    MalformedResponse,
+    ProviderError,
+    ProviderMisconfigured,
+    ProviderTimeout,
+    RateLimited,
+    ServerFailed,
+)
+from ._http import HttpProvider, parse_retry_after
+from ._offline import OFFLINE_LABEL, OfflineProvider
+from ._openai import OPENAI_BASE_URL, OpenAICompatibleProvider, OpenAIProvider
+from ._types import (
+    AssistantMessage,
+    ChatRequest,
+    Completion,
+    Message,
+    RequestContext,
+    StopReason,
+    ToolCall,
+    ToolResultMessage,
+    ToolSpec,
+    UserMessage,
+)
+
+__all__ = [
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_VERSION",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "OFFLINE_LABEL",
+    "OPENAI_BASE_URL",
+    "AnthropicProvider",
+    "AssistantMessage",
+    "AuthFailed",
+    "ChatRequest",
+    "Completion",
+    "ContextTooLong",
+    "ErrorKind",
+    "FatalLLMError",
+    "HttpProvider",
+    "LLMError",
+    "LLMUnavailable",
+    "LlmProvider",
+    "MalformedResponse",
+    "Message",
+    "OfflineProvider",
+    "OpenAICompatibleProvider",
+    "OpenAIProvider",
+    "ProviderChain",
+    "ProviderError",
+    "ProviderMisconfigured",
+    "ProviderSet",
+    "ProviderTimeout",
+    "RateLimited",
+    "RequestContext",
+    "ServerFailed",
+    "StopReason",
+    "ToolCall",
+    "ToolResultMessage",
+    "ToolSpec",
+    "UserMessage",
+    "build_provider",
+    "build_providers",
+    "parse_retry_after",
+]

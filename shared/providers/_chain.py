@@ -1,0 +1,237 @@
+"""Provider entries of an applied company, and a seat's fallback chain (CO-3, CO-12).
+
+:func:`build_providers` turns ``providers.llm`` (secrets already resolved, CO-5) into a
+:class:`ProviderSet`, once per apply. An entry with no usable key is not an error: it is
+logged once as ``provider_unconfigured{key}`` and skipped inside every chain (CO-3). A seat's
+chain is its role's ``llm`` (a key or a list), else the entry keyed ``default``, else the
+first entry.
+
+:meth:`ProviderChain.complete` is where retrying lives (a provider never retries, CO-12): on
+``rate_limit``/``auth`` the entry's next key is tried (each key once per call); then, on any
+retryable failure, the next entry; a ``fatal`` error stops the chain at once. When every
+member failed retryably, or none is usable, it raises :class:`LLMUnavailable`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shared import config, logs
+
+from ._anthropic import ANTHROPIC_BASE_URL, AnthropicProvider
+from ._base import LlmProvider
+from ._errors import FatalLLMError, LLMError, LLMUnavailable, ProviderMisconfigured
+from ._offline import OfflineProvider
+from ._openai import OPENAI_BASE_URL, OpenAICompatibleProvider, OpenAIProvider
+from ._types import ChatRequest, Completion
+
+__all__ = ["ProviderChain", "ProviderSet", "build_provider", "build_providers"]
+
+_log = logs.get("providers")
+_UNRESOLVED = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+_ENV_FALLBACK = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+
+
+class ProviderChain:
+    """A seat's providers in fallback order (CO-3).
+
+    Args:
+        keys: The chain as configured, usable or not (named in :class:`LLMUnavailable`).
+        members: The usable providers, in chain order.
+    """
+
+    def __init__(self, keys: Sequence[str], members: Sequence[LlmProvider]) -> None:
+        self.keys = tuple(keys)
+        self.members = tuple(members)
+
+    def provider(self, key: str) -> LlmProvider | None:
+        """Return the usable member with ``key``, or None."""
+        return next((m for m in self.members if m.key == key), None)
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """Ask each member in order until one answers (CO-3, CO-12).
+
+        Args:
+            request: The call; each member fills its own model and defaults.
+
+        Returns:
+            The first answer; its ``provider_key`` names the member that served.
+
+        Raises:
+            FatalLLMError: A member refused the request itself (the chain stops there).
+            LLMUnavailable: Every member failed retryably, or no member is usable.
+        """
+        attempts: list[tuple[str, LLMError]] = []
+        for provider in self.members:
+            tried = 0
+            while True:
+                try:
+                    return await provider.complete(request)
+                except FatalLLMError:
+                    raise
+                except LLMError as e:
+                    attempts.append((provider.key, e))
+                    tried += 1
+                    _log.warning(
+                        "llm_call_failed",
+                        provider_key=provider.key,
+                        kind=e.kind,
+                        status=e.status,
+                        error=str(e),
+                    )
+                    if (
+                        e.kind in ("rate_limit", "auth")
+                        and tried < provider.key_count
+                        and provider.rotate_key()
+                    ):
+                        _log.info("llm_key_rotated", provider_key=provider.key, key_index=provider.key_index)
+                        continue
+                    break
+        raise LLMUnavailable(self.keys, attempts)
+
+
+class ProviderSet:
+    """Every ``providers.llm`` entry of one applied company (CO-3).
+
+    Args:
+        providers: The usable entries by key, in document order.
+        declared: Every key of the document in order (usable or not); None for the keys of
+            ``providers``.
+        unconfigured: The keys skipped for having no usable key, with why.
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, LlmProvider],
+        *,
+        declared: Sequence[str] | None = None,
+        unconfigured: Mapping[str, str] | None = None,
+    ) -> None:
+        self.providers = dict(providers)
+        self.declared = tuple(declared if declared is not None else self.providers)
+        self.unconfigured = dict(unconfigured or {})
+
+    def chain(self, keys: Sequence[str]) -> ProviderChain:
+        """Return the chain over ``keys``, skipping the unusable ones (CO-3)."""
+        return ProviderChain(keys, [self.providers[k] for k in keys if k in self.providers])
+
+    def chain_keys(self, role: config.CompanyRole | None) -> tuple[str, ...]:
+        """Return the keys a role's executor uses: its ``llm`` (a key, a list, or the
+        ``default`` of a per-phase mapping), else ``default``, else the first entry (CO-3)."""
+        selected: Any = role.llm if role is not None else None
+        if isinstance(selected, config.LlmPhases):
+            selected = selected.default
+        if isinstance(selected, str):
+            return (selected,)
+        if isinstance(selected, list) and selected:
+            return tuple(selected)
+        if "default" in self.declared:
+            return ("default",)
+        return self.declared[:1]
+
+    def chain_for(self, role: config.CompanyRole | None) -> ProviderChain:
+        """Return the executor chain of ``role`` (see :meth:`chain_keys`)."""
+        return self.chain(self.chain_keys(role))
+
+    async def aclose(self) -> None:
+        """Close every entry's connections (call when the apply that built this set retires)."""
+        for provider in self.providers.values():
+            await provider.aclose()
+
+
+def _usable_keys(key: str, entry: config.LlmProvider, env: Mapping[str, str]) -> list[str] | None:
+    """The keys to rotate over; [] for a keyless entry; None when the entry has no usable key."""
+    keys = [k for k in entry.api_keys if k and not _UNRESOLVED.search(k)]
+    if keys:
+        return keys
+    if entry.api_keys:  # every listed key resolved to nothing (e.g. an unset ${VAR})
+        return None
+    fallback = _ENV_FALLBACK.get(entry.type)
+    if fallback is None:  # openai-compatible with no keys listed: a keyless local server
+        return []
+    value = env.get(fallback, "")
+    return [value] if value else None
+
+
+def build_provider(
+    key: str, entry: config.LlmProvider, *, base_dir: str | Path = ".", env: Mapping[str, str] | None = None
+) -> LlmProvider:
+    """Build one provider entry (CO-3, CO-13..CO-15).
+
+    Args:
+        key: The ``providers.llm`` key.
+        entry: The entry, secrets resolved (CO-5).
+        base_dir: The company file's directory; an offline ``script`` is relative to it.
+        env: Where ``ANTHROPIC_API_KEY``/``OPENAI_API_KEY`` are read for an entry with an empty
+            ``api_keys``; None for ``os.environ``.
+
+    Returns:
+        The provider, not yet connected (httpx clients open on first use).
+
+    Raises:
+        ProviderMisconfigured: The entry has no usable key, lacks a required field, or its
+            offline script cannot be loaded; the message says which.
+    """
+    env = os.environ if env is None else env
+    settings: dict[str, Any] = {
+        "max_output_tokens": entry.max_output_tokens,
+        "temperature": entry.temperature,
+        "timeout_seconds": entry.timeout_seconds,
+    }
+    if entry.type == "offline":
+        if not entry.script:
+            raise ProviderMisconfigured(f"providers.llm.{key}: an offline entry needs a script")
+        try:
+            script = config.load_offline_script(Path(base_dir) / entry.script)
+        except config.ConfigInvalid as e:
+            raise ProviderMisconfigured(f"providers.llm.{key}.script: {e}") from None
+        return OfflineProvider(key, script=script, **settings)
+    keys = _usable_keys(key, entry, env)
+    if keys is None:
+        raise ProviderMisconfigured(f"providers.llm.{key}: no usable API key")
+    if not entry.model:
+        raise ProviderMisconfigured(f"providers.llm.{key}: model is required")
+    if entry.type == "anthropic":
+        return AnthropicProvider(
+            key, model=entry.model, base_url=entry.base_url or ANTHROPIC_BASE_URL, api_keys=keys, **settings
+        )
+    if entry.type == "openai":
+        return OpenAIProvider(
+            key, model=entry.model, base_url=entry.base_url or OPENAI_BASE_URL, api_keys=keys, **settings
+        )
+    if not entry.base_url:
+        raise ProviderMisconfigured(f"providers.llm.{key}: openai-compatible needs base_url")
+    return OpenAICompatibleProvider(
+        key, model=entry.model, base_url=entry.base_url, api_keys=keys, **settings
+    )
+
+
+def build_providers(
+    company: config.Company, *, base_dir: str | Path = ".", env: Mapping[str, str] | None = None
+) -> ProviderSet:
+    """Build every ``providers.llm`` entry of an applied company (CO-3).
+
+    Entries that cannot be built are logged once as ``provider_unconfigured{key, reason}`` and
+    left out; chains skip them. Never raises for an entry.
+
+    Args:
+        company: The company with secrets resolved (:func:`shared.config.resolve_secrets`).
+        base_dir: The company file's directory (offline scripts are relative to it).
+        env: See :func:`build_provider`.
+
+    Returns:
+        The set; close it with :meth:`ProviderSet.aclose` when the apply retires.
+    """
+    built: dict[str, LlmProvider] = {}
+    skipped: dict[str, str] = {}
+    for key, entry in company.providers.llm.items():
+        try:
+            built[key] = build_provider(key, entry, base_dir=base_dir, env=env)
+        except ProviderMisconfigured as e:
+            skipped[key] = str(e)
+            _log.warning("provider_unconfigured", key=key, reason=str(e))
+    return ProviderSet(built, declared=list(company.providers.llm), unconfigured=skipped)

@@ -1,0 +1,206 @@
+"""What the two HTTP backends share: one reused httpx client per entry, and the translation of
+httpx outcomes into the CO-12 failure classes (httpx errors never leave this seam).
+
+HTTP mapping (CO-12, ours following the orig classes): 429/402 → ``rate_limit``; 401/403 →
+``auth``; a request timeout or 408 → ``timeout``; 500–599 and 529 → ``server``; other 4xx →
+``fatal``. A 2xx that is not JSON → :class:`MalformedResponse`.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from ._base import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_TIMEOUT_SECONDS, LlmProvider
+from ._errors import (
+    AuthFailed,
+    ContextTooLong,
+    FatalLLMError,
+    LLMError,
+    MalformedResponse,
+    ProviderTimeout,
+    RateLimited,
+    ServerFailed,
+)
+
+__all__ = ["HttpProvider", "loads_arguments", "parse_retry_after", "token_count"]
+
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "maximum context",
+    "too many tokens",
+)
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Parse a ``Retry-After`` header: delta-seconds or an HTTP date.
+
+    Args:
+        value: The header value, or None when absent.
+        now: The current Unix time in seconds, for the date form; None for the wall clock.
+
+    Returns:
+        Seconds to wait (≥ 0), or None when absent or unparsable.
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _error_text(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:300].decode("utf-8", "replace").strip()
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict):
+            parts = [str(err.get(k)) for k in ("type", "code", "message") if err.get(k)]
+            return ": ".join(parts)
+        if isinstance(err, str):
+            return err
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return json.dumps(data)[:300]
+
+
+class HttpProvider(LlmProvider):
+    """Base of the httpx backends: one :class:`httpx.AsyncClient` per entry, reused by every
+    call and every key (infra-facts T2: building a client costs ~17 ms).
+
+    Args:
+        key: The ``providers.llm`` key.
+        model: The configured model id.
+        base_url: The API base (no trailing slash needed).
+        api_keys: The keys to rotate over; empty for a keyless entry.
+        max_output_tokens: Default answer cap, in tokens.
+        temperature: Sent only when not None.
+        timeout_seconds: Per-call timeout, in seconds.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        model: str,
+        base_url: str,
+        api_keys: Sequence[str] = (),
+        max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+        temperature: float | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        super().__init__(
+            key,
+            model=model,
+            api_keys=api_keys,
+            max_output_tokens=max_output_tokens,
+            temperature=temperature,
+            timeout_seconds=timeout_seconds,
+        )
+        self.base_url = base_url.rstrip("/")
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_seconds))
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the entry's connection pool."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    async def _post_json(self, url: str, headers: Mapping[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` as JSON and return the decoded 2xx object.
+
+        Raises:
+            LLMError: The subclass for the outcome (see the module docstring).
+        """
+        try:
+            response = await self._http().post(url, headers=dict(headers), json=body)
+        except httpx.TimeoutException as e:
+            raise ProviderTimeout(
+                f"{self.key}: no answer within {self.timeout_seconds:g} s ({type(e).__name__})",
+                provider_key=self.key,
+            ) from None
+        except httpx.HTTPError as e:
+            raise ServerFailed(f"{self.key}: {type(e).__name__}: {e}", provider_key=self.key) from None
+        if response.status_code >= 300:
+            raise self._status_error(response)
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            raise MalformedResponse(
+                f"{self.key}: HTTP {response.status_code} body is not JSON: {response.content[:120]!r}",
+                provider_key=self.key,
+                status=response.status_code,
+            ) from None
+        if not isinstance(data, dict):
+            raise MalformedResponse(
+                f"{self.key}: HTTP {response.status_code} body is not a JSON object",
+                provider_key=self.key,
+                status=response.status_code,
+            )
+        return data
+
+    def _status_error(self, response: httpx.Response) -> LLMError:
+        status = response.status_code
+        text = _error_text(response.content)
+        message = f"{self.key}: HTTP {status}" + (f": {text}" if text else "")
+        retry_after = parse_retry_after(response.headers.get("retry-after"))
+        cls: type[LLMError]
+        if status in (429, 402):
+            cls = RateLimited
+        elif status in (401, 403):
+            cls = AuthFailed
+        elif status == 408:
+            cls = ProviderTimeout
+        elif status >= 500:
+            cls = ServerFailed
+        elif any(m in text.lower() for m in _CONTEXT_MARKERS):
+            cls = ContextTooLong
+        else:
+            cls = FatalLLMError
+        return cls(message, provider_key=self.key, status=status, retry_after=retry_after)
+
+    def _malformed(self, what: str) -> MalformedResponse:
+        return MalformedResponse(f"{self.key}: answer {what}", provider_key=self.key, status=200)
+
+
+def loads_arguments(text: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """Parse a tool call's argument text: ``(object, None)`` or ``(None, raw text)`` (CO-12:
+    unparsable arguments yield ``raw_arguments`` rather than an exception)."""
+    if isinstance(text, dict):
+        return text, None
+    if not isinstance(text, str):
+        return None, json.dumps(text)
+    if not text.strip():
+        return {}, None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None, text
+    return (value, None) if isinstance(value, dict) else (None, text)
+
+
+def token_count(value: Any) -> int:
+    """Return a usage figure as a non-negative int; anything else (absent, null, junk) is 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

@@ -1,0 +1,187 @@
+"""The ``offline`` backend (CO-15): deterministic, rule-driven, no network, labelled.
+
+On each call it reads the conversation: the first rule of the script whose ``when`` matches the
+request's :class:`~shared.providers.RequestContext` drives the turn; it emits that rule's next
+step as one tool call (id ``offline-<n>``, ``n`` the step's index), and after the last step (or
+from ``default`` when no rule matches) the rule's ``final`` as a text answer. ``args`` and
+``final`` are templates over ``trigger.text``, ``trigger.first_line``,
+``trigger.work_item.key``, ``trigger.sender``, ``seat.handle``, ``seat.managers[0]``,
+``seat.reports[n]`` and ``result[n].<field>`` (the parsed JSON result of step ``n``); the config
+seam already refused any other placeholder. A value that is absent (no manager, a failed step
+without that field) renders as "".
+
+Everything it writes is visibly not a model's work (CO-15): the final text and every string
+argument named ``body`` start with ``[offline] ``, and so do work item titles (ours: the brief
+asks for titles too; page titles are left alone because a page title is its address —
+``Notes SUP-1`` in the golden path). ``model`` is always ``crewlet-offline-1``.
+
+Token counts (CO-15, ours): ``input = ceil(utf8 bytes(system + messages + tools JSON) / 4)``,
+``output = ceil(utf8 bytes(output) / 4)``, cache figures 0. No randomness, no clock: the same
+conversation yields byte-identical answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from typing import Any, ClassVar
+
+from shared.config import OFFLINE_MODEL, OfflineRule, OfflineScript
+
+from ._base import LlmProvider
+from ._types import (
+    AssistantMessage,
+    ChatRequest,
+    Completion,
+    RequestContext,
+    ToolCall,
+    ToolResultMessage,
+)
+
+__all__ = ["OFFLINE_LABEL", "OfflineProvider"]
+
+OFFLINE_LABEL = "[offline] "
+"""The prefix on every text the offline provider writes (CO-15)."""
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_INDEXED = re.compile(r"^(seat\.reports|result)\[(\d+)\](?:\.([A-Za-z_][A-Za-z0-9_]*))?$")
+_TITLED_TOOLS = frozenset({"create_work_item", "update_work_item"})
+
+
+def _label(text: str) -> str:
+    return text if text.startswith(OFFLINE_LABEL) else OFFLINE_LABEL + text
+
+
+def _tokens(text: str) -> int:
+    return math.ceil(len(text.encode("utf-8")) / 4)
+
+
+class OfflineProvider(LlmProvider):
+    """``type: offline`` (CO-15).
+
+    Args:
+        key: The ``providers.llm`` key.
+        script: The validated rules file (:func:`shared.config.load_offline_script`).
+    """
+
+    type: ClassVar[str] = "offline"
+
+    def __init__(self, key: str, *, script: OfflineScript, **settings: Any) -> None:
+        settings.pop("model", None)
+        super().__init__(key, model=OFFLINE_MODEL, **settings)
+        self.script = script
+
+    def match(self, context: RequestContext) -> OfflineRule | None:
+        """Return the first rule whose ``when`` matches ``context``, or None (``default``)."""
+        for rule in self.script.rules:
+            when = rule.when
+            if when.seat is not None and when.seat != context.seat:
+                continue
+            if when.trigger is not None and when.trigger != context.trigger_type:
+                continue
+            if when.source is not None and when.source != context.source:
+                continue
+            if when.reason is not None and when.reason != context.reason:
+                continue
+            if when.text_contains is not None and when.text_contains not in context.text:
+                continue
+            return rule
+        return None
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """Answer from the script (CO-15); see :meth:`LlmProvider.complete`. Never raises."""
+        context = request.context or RequestContext(seat="")
+        rule = self.match(context)
+        results = _step_results(request)
+        done = len(results)
+        call: ToolCall | None = None
+        if rule is not None and done < len(rule.steps):
+            step = rule.steps[done]
+            args = {
+                name: self._arg(step.tool, name, _render_value(value, context, results))
+                for name, value in step.args.items()
+            }
+            call = ToolCall(f"offline-{done}", step.tool, args)
+            output = step.tool + call.arguments_json()
+            text = ""
+        else:
+            final = rule.final if rule is not None else self.script.default.final
+            text = _label(_render(final, context, results))
+            output = text
+        prompt = request.system + json.dumps(
+            [dataclasses.asdict(m) for m in request.messages]
+            + [dataclasses.asdict(t) for t in request.tools],
+            ensure_ascii=False,
+            sort_keys=True,
+        )
+        return Completion(
+            text=text,
+            tool_calls=(call,) if call is not None else (),
+            stop_reason="tool_use" if call is not None else "end",
+            model=OFFLINE_MODEL,
+            input_tokens=_tokens(prompt),
+            output_tokens=_tokens(output),
+            provider_key=self.key,
+            provider_type=self.type,
+        )
+
+    @staticmethod
+    def _arg(tool: str, name: str, value: Any) -> Any:
+        if isinstance(value, str) and (name == "body" or (name == "title" and tool in _TITLED_TOOLS)):
+            return _label(value)
+        return value
+
+
+def _step_results(request: ChatRequest) -> dict[int, Any]:
+    """Map step index → parsed result for every ``offline-<n>`` call already answered."""
+    asked: set[str] = set()
+    for message in request.messages:
+        if isinstance(message, AssistantMessage):
+            asked.update(c.id for c in message.tool_calls if c.id.startswith("offline-"))
+    out: dict[int, Any] = {}
+    for message in request.messages:
+        if isinstance(message, ToolResultMessage) and message.tool_call_id in asked:
+            try:
+                value: Any = json.loads(message.content)
+            except ValueError:
+                value = message.content
+            out[int(message.tool_call_id.removeprefix("offline-"))] = value
+    return out
+
+
+def _lookup(path: str, context: RequestContext, results: dict[int, Any]) -> str:
+    simple = {
+        "trigger.text": context.text,
+        "trigger.first_line": context.first_line,
+        "trigger.work_item.key": context.work_item_key,
+        "trigger.sender": context.sender,
+        "seat.handle": context.seat,
+        "seat.managers[0]": context.managers[0] if context.managers else "",
+    }
+    if path in simple:
+        return simple[path]
+    indexed = _INDEXED.match(path)
+    if indexed is None:
+        return ""
+    where, n, field = indexed.group(1), int(indexed.group(2)), indexed.group(3)
+    if where == "seat.reports":
+        return context.reports[n] if n < len(context.reports) else ""
+    result = results.get(n)
+    value = result.get(field) if isinstance(result, dict) and field else None
+    return "" if value is None else str(value)
+
+
+def _render(template: str, context: RequestContext, results: dict[int, Any]) -> str:
+    return _PLACEHOLDER.sub(lambda m: _lookup(m.group(1), context, results), template)
+
+
+def _render_value(value: Any, context: RequestContext, results: dict[int, Any]) -> Any:
+    if isinstance(value, str):
+        return _render(value, context, results)
+    if isinstance(value, list):
+        return [_render_value(v, context, results) for v in value]
+    if isinstance(value, dict):
+        return {k: _render_value(v, context, results) for k, v in value.items()}
+    return value
