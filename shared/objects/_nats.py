@@ -192,6 +192,8 @@ class NatsObjectStore(ObjectStore):
             )
         except BaseException as e:
             for fut in in_flight:
+                if fut.done() and not fut.cancelled():
+                    fut.exception()  # retrieved: the error raised here already says what failed
                 fut.cancel()
             if chunks:
                 await asyncio.shield(self._purge(subject))
@@ -322,7 +324,7 @@ async def _read_chunks(
     finally:
         if ahead is not None:
             ahead.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError, ObjectStoreUnavailable, *_NATS_ERRORS):
                 await ahead
         with contextlib.suppress(*_NATS_ERRORS):
             await psub.unsubscribe()

@@ -165,3 +165,13 @@ async def test_foreign_empty_object_reads_empty(link: BrokerLink) -> None:
     await theirs.put("empty", b"")
     assert await store.head("empty") == objects.ObjectInfo("empty", 0, hashlib.sha256(b"").hexdigest())
     assert await read_all(store, "empty") == b""
+
+
+async def test_abandoned_read_removes_its_consumer(link: BrokerLink) -> None:
+    store = await open_nats(link)
+    await store.put("big", os.urandom(3 * MiB))
+    it = await store.get("big")
+    assert len(await anext(it)) == _nats.CHUNK_SIZE
+    assert (await link.js.stream_info(store.stream)).state.consumer_count == 1  # reading, a window ahead
+    await it.aclose()  # type: ignore[attr-defined]
+    assert (await link.js.stream_info(store.stream)).state.consumer_count == 0
