@@ -145,6 +145,7 @@ class Mailbox:
         self._backoff = nak_backoff
         self._outstanding: dict[int, Delivery] = {}
         self._fetch_lock = anyio.Lock()
+        self._turn_lock = anyio.Lock()  # one handler at a time per seat (CO-7)
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._closing = False
@@ -392,6 +393,8 @@ class Mailbox:
 
         Return = ack. :class:`Deferred` = NAK at once and pause. Any other exception = NAK with
         :meth:`backoff`, or dead-letter and terminate when this was the last allowed delivery.
+        Serial per seat (CO-7): concurrent calls on one mailbox run one handler at a time, and the
+        next message is fetched only after the previous handler's delivery was settled.
 
         Returns:
             What happened: ``empty`` (nothing fetched), ``acked``, ``nacked``, ``deferred``,
@@ -401,6 +404,12 @@ class Mailbox:
             MailboxDetached: the mailbox was detached.
             BusUnavailable: the broker could not be asked.
         """
+        async with self._turn_lock:
+            return await self._process(handler, timeout)
+
+    async def _process(
+        self, handler: Callable[[Delivery], Awaitable[None]], timeout: float | None
+    ) -> Outcome:
         try:
             d = await self.fetch(timeout)
         except MailboxFenced:

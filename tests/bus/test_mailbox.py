@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import Any
@@ -305,3 +306,34 @@ async def test_ensure_is_idempotent_and_updates_the_budget(broker: Broker) -> No
     )
     assert info.config.max_deliver == 5 and info.config.inactive_threshold in (None, 0, 0.0)
     assert float(info.config.ack_wait or 0) == 1800.0
+
+
+async def test_one_seat_runs_one_handler_at_a_time_and_two_seats_run_concurrently(broker: Broker) -> None:
+    """CO-7 check: two messages for one seat never run concurrently; messages for two seats do."""
+    bus = broker.bus()
+    await bus.ensure_mailboxes(["triage", "writer"])
+    await publish(bus, "triage", 1, 2)
+    await publish(bus, "writer", 3)
+    running: set[str] = set()
+    overlaps: list[set[str]] = []
+
+    def handler_for(tag: str) -> Any:
+        async def handler(d: Delivery) -> None:
+            running.add(f"{tag}-{n_of(d)}")
+            overlaps.append(set(running))
+            await asyncio.sleep(0.3)
+            running.discard(f"{tag}-{n_of(d)}")
+
+        return handler
+
+    triage, writer = await bus.attach("triage", 1), await bus.attach("writer", 1)
+    results = await asyncio.gather(
+        triage.process(handler_for("triage"), timeout=1),
+        triage.process(handler_for("triage"), timeout=1),
+        writer.process(handler_for("writer"), timeout=1),
+    )
+    assert sorted(results) == ["acked", "acked", "acked"]
+    assert not any({"triage-1", "triage-2"} <= seen for seen in overlaps)
+    assert any(any(s.startswith("triage") for s in seen) and "writer-3" in seen for seen in overlaps)
+    await triage.detach()
+    await writer.detach()

@@ -167,3 +167,12 @@ async def test_exhausted_compare_and_set_rounds_are_unknown() -> None:
     with pytest.raises(LeaseContention) as info:
         await leases(LostReplies(store, conflict_always=True), "n1").renew(grant)
     assert isinstance(info.value, CoordinationUnavailable) and info.value.rounds == 64
+
+
+async def test_a_claim_is_visible_to_the_same_callers_next_listing(kv: Coordination) -> None:
+    """FL-37 accept: an acquire followed immediately by a listing includes the resource."""
+    a = leases(kv, "n1")
+    grants = await asyncio.gather(*(a.acquire(f"s{i}") for i in range(10)))
+    assert all(g is not None for g in grants)
+    listed = {e.key for e in await kv.entries("leases", "seat.")}
+    assert listed == {f"seat.s{i}" for i in range(10)}

@@ -1,0 +1,17 @@
+"""The bus seam's public API is pinned (STYLE.md "Modules and names")."""
+
+import shared.bus
+
+
+def test_public_api() -> None:
+    assert sorted(shared.bus.__all__) == sorted(
+        [
+            "ACK_WAIT", "AGENT_STREAM", "DLQ_STREAM", "MAX_DELIVER", "STREAMS", "Bus", "BusError",
+            "BusUnavailable", "Deferred", "Delivery", "Envelope", "Fence", "Mailbox", "MailboxDetached",
+            "MailboxFenced", "MailboxState", "Outcome", "PublishOutcomeUnknown", "Published", "StreamMismatch",
+            "StreamSpec", "SubjectRefused", "check_subject", "control_group", "control_subject", "dlq_subject",
+            "durable_name", "inbox_group", "inbox_subject", "namespace_stream", "provision_streams",
+        ]
+    )  # fmt: skip
+    for name in shared.bus.__all__:
+        assert hasattr(shared.bus, name)
