@@ -1,0 +1,167 @@
+"""Built-in tracker tools (CO-23, CO-24): list, get, create, update and comment on work items.
+
+Names are the orig ones. Arguments follow the :class:`~shared.tools.Workspace` contract;
+``assignee: "me"`` means the calling seat. Successful writes are recorded on the context
+(:meth:`ToolContext.touch`) for CO-19's ``sole_write`` charging.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.config import KEY_PATTERN
+
+from ._registry import Tool, ToolAnnotations, ToolContext
+
+__all__ = ["STATUSES", "tracker_tools"]
+
+STATUSES = ("todo", "in_progress", "in_review", "done", "cancelled", "closed")
+"""Work item statuses (CO-24)."""
+
+_ITEM_KEY = r"^[A-Z][A-Z0-9]{1,9}-[1-9][0-9]*$"
+_KEY = {"type": "string", "pattern": _ITEM_KEY, "description": "The work item key, e.g. SUP-1."}
+_HANDLE = {"type": "string", "minLength": 1, "description": "A seat handle, or 'me' for yourself."}
+_READ = ToolAnnotations(read_only="yes", destructive="no", idempotent="yes", open_world="no")
+_WRITE = ToolAnnotations(read_only="no", destructive="no", idempotent="no", open_world="no")
+
+
+def _me(value: Any, ctx: ToolContext) -> Any:
+    return ctx.seat if value == "me" else value
+
+
+async def _list(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    items = await ctx.workspace.list_work_items(
+        project=args.get("project"), assignee=_me(args.get("assignee"), ctx), status=args.get("status")
+    )
+    limit = int(args.get("limit", 20))
+    return {"items": items[:limit], "count": len(items), "truncated": len(items) > limit}
+
+
+async def _get(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    return await ctx.workspace.get_work_item(args["key"])
+
+
+async def _create(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    item = await ctx.workspace.create_work_item(
+        args["project"],
+        args.get("type", "task"),
+        args["title"],
+        args.get("body", ""),
+        _me(args.get("assignee"), ctx),
+    )
+    ctx.touch(str(item.get("key", "")), item)
+    return item
+
+
+async def _update(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    item = await ctx.workspace.update_work_item(
+        args["key"],
+        status=args.get("status"),
+        assignee=_me(args.get("assignee"), ctx),
+        title=args.get("title"),
+        body=args.get("body"),
+        if_match=args.get("if_match"),
+    )
+    ctx.touch(args["key"], item)
+    return item
+
+
+async def _comment(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    comment = await ctx.workspace.comment_on_work_item(args["key"], args["body"])
+    ctx.touch(args["key"])
+    return comment
+
+
+def tracker_tools() -> list[Tool]:
+    """Return the tracker built-ins (CO-24), in catalogue order."""
+    return [
+        Tool(
+            "list_work_items",
+            "List work items, newest first. Filter by project key, assignee (a handle or 'me') "
+            "and status; at most `limit` items (default 20).",
+            {
+                "type": "object",
+                "properties": {
+                    "project": {"type": "string", "pattern": KEY_PATTERN},
+                    "assignee": _HANDLE,
+                    "status": {"type": "string", "enum": list(STATUSES)},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+                },
+                "additionalProperties": False,
+            },
+            _list,
+            annotations=_READ,
+        ),
+        Tool(
+            "get_work_item",
+            "Read one work item: its fields, version and latest comments.",
+            {
+                "type": "object",
+                "properties": {"key": _KEY},
+                "required": ["key"],
+                "additionalProperties": False,
+            },
+            _get,
+            annotations=_READ,
+        ),
+        Tool(
+            "create_work_item",
+            "Create a work item in a project (its key is returned, e.g. SUP-1). Assigning it to "
+            "a colleague wakes them.",
+            {
+                "type": "object",
+                "properties": {
+                    "project": {"type": "string", "pattern": KEY_PATTERN, "description": "Project key."},
+                    "title": {"type": "string", "minLength": 1, "maxLength": 500},
+                    "type": {"type": "string", "minLength": 1, "description": "task (default), bug, ..."},
+                    "body": {
+                        "type": "string",
+                        "description": "Markdown: the report and acceptance criteria.",
+                    },
+                    "assignee": _HANDLE,
+                },
+                "required": ["project", "title"],
+                "additionalProperties": False,
+            },
+            _create,
+            writes=True,
+            delivers_to="work",
+            annotations=_WRITE,
+        ),
+        Tool(
+            "update_work_item",
+            "Change a work item's status, assignee, title or body. A body change needs "
+            "`if_match`, the version you read; a stale version is refused with the current one.",
+            {
+                "type": "object",
+                "properties": {
+                    "key": _KEY,
+                    "status": {"type": "string", "enum": list(STATUSES)},
+                    "assignee": _HANDLE,
+                    "title": {"type": "string", "minLength": 1, "maxLength": 500},
+                    "body": {"type": "string"},
+                    "if_match": {"type": "integer", "minimum": 1},
+                },
+                "required": ["key"],
+                "additionalProperties": False,
+            },
+            _update,
+            writes=True,
+            delivers_to="work",
+            annotations=_WRITE,
+        ),
+        Tool(
+            "comment_on_work_item",
+            "Add a comment to a work item (decisions go in writing on the item).",
+            {
+                "type": "object",
+                "properties": {"key": _KEY, "body": {"type": "string", "minLength": 1}},
+                "required": ["key", "body"],
+                "additionalProperties": False,
+            },
+            _comment,
+            writes=True,
+            delivers_to="work",
+            annotations=_WRITE,
+        ),
+    ]
