@@ -1,0 +1,63 @@
+"""Turns seam: one seat's turn on one trigger (CO-16..CO-22, FL-74).
+
+:class:`TurnEngine` runs the ``execute`` phase's tool loop against a seat's provider chain and
+tool surface, guarded by the in-turn fence, and returns a :class:`TurnResult` (what section 10
+records); a :class:`TurnRecorder` receives the record as it happens. :class:`Trigger` and
+:func:`work_key` are the turn's identity (CO-19); :func:`build_prompt` is prompt assembly
+(CO-17).
+"""
+
+from ._errors import SeatNotRunnable, TurnError
+from ._executor import Fence, TurnEngine
+from ._prompt import (
+    PREFETCH_CHARS,
+    PREFETCH_HITS,
+    PREFETCH_QUERY_CHARS,
+    Prompt,
+    build_prompt,
+    prefetch_knowledge,
+)
+from ._recorder import MemoryRecorder, TurnRecorder
+from ._result import (
+    REDELIVER_ERROR_KINDS,
+    ErrorKind,
+    Outcome,
+    PhaseRecord,
+    RoundRecord,
+    Section,
+    ToolExecution,
+    TurnResult,
+    TurnStart,
+    WorkItemCharge,
+)
+from ._trigger import FIRST_LINE_MAX_CHARS, ReplyMode, Trigger, first_line, work_key
+
+__all__ = [
+    "FIRST_LINE_MAX_CHARS",
+    "PREFETCH_CHARS",
+    "PREFETCH_HITS",
+    "PREFETCH_QUERY_CHARS",
+    "REDELIVER_ERROR_KINDS",
+    "ErrorKind",
+    "Fence",
+    "MemoryRecorder",
+    "Outcome",
+    "PhaseRecord",
+    "Prompt",
+    "ReplyMode",
+    "RoundRecord",
+    "SeatNotRunnable",
+    "Section",
+    "ToolExecution",
+    "Trigger",
+    "TurnEngine",
+    "TurnError",
+    "TurnRecorder",
+    "TurnResult",
+    "TurnStart",
+    "WorkItemCharge",
+    "build_prompt",
+    "first_line",
+    "prefetch_knowledge",
+    "work_key",
+]
