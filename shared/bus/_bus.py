@@ -124,8 +124,11 @@ class Bus:
         await provision_streams(self._js, replicas=replicas, budget=budget, streams=STREAMS)
 
     def consumer_config(self, group: str, topic: str) -> ConsumerConfig:
-        """The durable pull consumer of ``group`` on ``topic`` (FL-77): deliver all, explicit ack,
-        the ack wait and delivery budget of this bus, no inactivity threshold."""
+        """Return the mailbox consumer config of ``group`` on ``topic`` (FL-77).
+
+        Deliver all, explicit ack, this bus's ack wait and delivery budget, filtered on ``topic``,
+        and no inactivity threshold (nothing reaps a mailbox while its seat is between owners).
+        """
         return ConsumerConfig(
             durable_name=durable_name(group, topic),
             description=f"mailbox {group} on {topic}",

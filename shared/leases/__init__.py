@@ -7,16 +7,9 @@ renew, fenced release). Data nodes fence writes with :func:`check_epoch`.
 
 from ._epochs import EpochRecord, check_epoch, current_epoch, read_epoch
 from ._errors import LeaseContention, LeaseError
-from ._host import (
-    FENCED_REASONS,
-    VOLUNTARY_REASONS,
-    ClaimAll,
-    PlacementPolicy,
-    Plan,
-    ReleaseReason,
-    SeatHost,
-)
+from ._host import SeatHost
 from ._ledger import Ledger
+from ._placement import FENCED_REASONS, VOLUNTARY_REASONS, ClaimAll, PlacementPolicy, Plan, ReleaseReason
 from ._presence import Presence
 from ._records import LeaseRecord, key_of, resource_of
 from ._seat import CAS_ROUNDS, Grant, SeatLease, SeatLeases

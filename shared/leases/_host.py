@@ -36,78 +36,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any
 
 import anyio
 
 from shared import logs
 from shared.coordination import Coordination, CoordinationUnavailable
 
+from ._placement import FENCED_REASONS, ClaimAll, PlacementPolicy, ReleaseReason
 from ._seat import Grant, SeatLeases
 
-__all__ = [
-    "FENCED_REASONS",
-    "VOLUNTARY_REASONS",
-    "ClaimAll",
-    "Plan",
-    "PlacementPolicy",
-    "ReleaseReason",
-    "SeatHost",
-]
+__all__ = ["SeatHost"]
 
 _log = logs.get("seat.host")
 
-ReleaseReason = Literal[
-    "drain", "rebalance", "role_gone", "placement", "lease_lost", "acquire_failed", "posture"
-]
-"""Why a seat is given up (fleet.md §26). Voluntary ones let the running handler finish (FL-66)."""
-
-VOLUNTARY_REASONS: frozenset[str] = frozenset({"drain", "rebalance", "role_gone", "placement"})
-FENCED_REASONS: frozenset[str] = frozenset({"lease_lost", "acquire_failed", "posture"})
-
 _UNDEAD_ALARM_BEATS = 20  # FL-68: re-raise the alarm every 20 heartbeats (5 min at TTL 45 s)
 _SWEEP_INTERVAL = 5.0  # FL-56: seconds between placement sweeps
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a placement policy wants done in one sweep.
-
-    Attributes:
-        claim: Handles to claim, in the order to try them (most wanted first, FL-54).
-        release: Handles to give back voluntarily, with the reason (``rebalance``/``placement``).
-    """
-
-    claim: Sequence[str] = ()
-    release: Mapping[str, ReleaseReason] = field(default_factory=dict)
-
-
-class PlacementPolicy(Protocol):
-    """Decides which seats this node should hold (FL-56..FL-64 plug in here)."""
-
-    async def plan(self, seats: Sequence[str], held: Mapping[str, int]) -> Plan:
-        """Return this sweep's claims and voluntary releases.
-
-        Args:
-            seats: Every agent seat of the active company that this node may run, in org order.
-            held: The seats this node holds now → epoch.
-
-        Returns:
-            The plan; the host skips claims of seats it holds or is backing off from.
-        """
-        ...
-
-
-class ClaimAll:
-    """The single-node policy: claim every seat given, give nothing back."""
-
-    async def plan(self, seats: Sequence[str], held: Mapping[str, int]) -> Plan:
-        """See :meth:`PlacementPolicy.plan`."""
-        return Plan(claim=[h for h in seats if h not in held])
-
 
 AcquireHook = Callable[[str, int], Awaitable[None]]
 ReleaseHook = Callable[[str, str], Awaitable[None]]
