@@ -5,6 +5,8 @@ Boot order (FL-129: the listener comes up before anything is claimed):
 1. the HTTP listener starts (probes answer; ``/ready`` is 503 ``unconfigured``);
 2. the broker: the embedded child nats-server is spawned, or the external cluster dialled (FL-2..FL-4);
 3. the coordination buckets are created or adopted (FL-35), or the in-process store for ``local``;
+   the object store is opened and the ``objects`` slot claimed (a node configured with another
+   store than the one recorded refuses to boot, naming both: ES-71);
 4. the company document is applied (CO-4: the file given is a seed);
 5. the presence lease ``node:{id}`` is claimed (FL-42);
 6. each role's start work runs, ``data → ingress → seats → workers``; then ``/ready`` is 200.
@@ -34,7 +36,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from shared import broker, coordination, leases, logs
+from shared import broker, coordination, leases, logs, objects
 from shared.config import ALL_ROLES, NodeConfig
 from shared.errors import CrewletError
 from shared.runtime import (
@@ -198,6 +200,8 @@ async def run_node(cfg: NodeConfig, company: Any = None) -> int:
         if not stop.is_set():
             ctx.link = await broker.open_broker(cfg)
             ctx.coord = await _open_coordination(ctx)
+            ctx.objects = await objects.open_object_store(cfg, ctx.link)  # ES-70, ES-72, ES-73
+            await objects.claim_objects_slot(ctx.coord, ctx.objects)  # ES-71/FL-5: refuse another store by name
             presence = leases.Presence(
                 ctx.coord,
                 node_id=ctx.node_id,
@@ -262,6 +266,8 @@ async def run_node(cfg: NodeConfig, company: Any = None) -> int:
             flush()
     if ctx.coord is not None:
         await ctx.coord.close()
+    if ctx.objects is not None:  # before the link: the nats store rides it
+        await ctx.objects.close()
     if ctx.link is not None:
         await ctx.link.close()
     ctx.drained.set()

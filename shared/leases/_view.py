@@ -14,7 +14,7 @@ from shared.coordination import Coordination
 
 from ._records import LeaseRecord, resource_of
 
-__all__ = ["fleet_view"]
+__all__ = ["RoleWatch", "fleet_view"]
 
 
 async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> dict[str, Any]:
@@ -82,3 +82,46 @@ async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> 
         "unmanned_roles": [r for r in ALL_ROLES if r not in manned],
         "unowned_seats": unowned,
     }
+
+
+_LOST = {
+    "data": "stateless seats' tracker and knowledge tools fail; nothing holds the estate",
+    "ingress": "no webhook arrives and the API is down",
+    "seats": "triggers queue unread; no turn runs",
+    "workers": "nothing fires on schedule, no sandbox run is collected, no retention sweep runs",
+}
+
+
+class RoleWatch:
+    """Logs ``fleet_role_unmanned`` / ``fleet_role_manned`` on changes of the assembled fleet (FL-20).
+
+    Every node runs the check on its sweep tick against live presence (not as a duty: a duty needs
+    the ``workers`` role, and the role most worth reporting is ``workers`` itself). A role is logged
+    once when it becomes unmanned and once when it comes back, not on every tick.
+    """
+
+    def __init__(self) -> None:
+        self._unmanned: set[str] | None = None
+
+    def check(self, view: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """Compare ``view["unmanned_roles"]`` with the last check and log the changes.
+
+        Args:
+            view: A :func:`fleet_view` answer.
+
+        Returns:
+            ``(newly_unmanned, newly_manned)`` role names.
+        """
+        from shared import logs
+
+        log = logs.get("fleet.roles")
+        now = set(view.get("unmanned_roles", []))
+        before = self._unmanned if self._unmanned is not None else set()
+        gone = sorted(now - before)
+        back = sorted(before - now) if self._unmanned is not None else []
+        for role in gone:
+            log.warning("fleet_role_unmanned", role=role, lost=_LOST.get(role, ""))
+        for role in back:
+            log.info("fleet_role_manned", role=role)
+        self._unmanned = now
+        return gone, back

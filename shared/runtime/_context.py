@@ -18,6 +18,7 @@ from shared.config import NodeConfig
 if TYPE_CHECKING:  # imported for types only: the context holds whatever the runner opened
     from shared.broker import BrokerLink
     from shared.coordination import Coordination
+    from shared.objects import ObjectStore
 
 __all__ = ["PROTOCOL_VERSION", "NodeContext", "new_owner"]
 
@@ -43,6 +44,7 @@ class NodeContext:
         owner: This incarnation's owner string (FL-10).
         link: The broker link once connected.
         coord: The coordination store once provisioned.
+        objects: The company's object store once opened and its ``objects`` slot claimed (ES-70, ES-71).
         started_at: ``time.monotonic()`` at process start.
         boot_done: True once every role finished its start work.
         draining: True from the first SIGTERM/SIGINT (FL-129).
@@ -58,6 +60,7 @@ class NodeContext:
     owner: str = ""
     link: BrokerLink | None = None
     coord: Coordination | None = None
+    objects: ObjectStore | None = None
     started_at: float = field(default_factory=time.monotonic)
     boot_done: bool = False
     draining: bool = False

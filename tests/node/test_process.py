@@ -115,7 +115,8 @@ def test_server_with_1mib_max_payload_is_refused_by_name(
         port = free_port()
         path = node_file(tmp_path / "n", node_id="n1", port=port, stream={"type": "nats", "url": small.url})
         node = start_node("node", "--node", str(path), "--company", str(example_company), name="n", port=port)
-        assert node.wait(30) == 2
+        code = node.wait(30)
+        assert code == 2, f"exit {code}: {node.output()[-3000:]}"
         failed = [e for e in node.events() if e.get("event") == "node_boot_failed"]
         assert failed and "max_payload" in failed[0]["error"] and "8 MB" in failed[0]["error"]
     finally:
