@@ -75,6 +75,8 @@ async def read_epoch(coord: Coordination, resource: str) -> tuple[EpochRecord, i
 
     Returns:
         ``(record, revision)``; revision 0 and an empty record when the counter was never written.
+        An unreadable stored counter reads as its key's revision, which is never below the last
+        epoch granted (a reset would hand a zombie a token the new owner also holds, FL-49).
 
     Raises:
         CoordinationUnavailable: the store could not be asked.
@@ -82,7 +84,13 @@ async def read_epoch(coord: Coordination, resource: str) -> tuple[EpochRecord, i
     entry = await coord.get("epochs", key_of(resource))
     if entry is None:
         return EpochRecord(), 0
-    return EpochRecord.decode(entry.value), entry.revision
+    record = EpochRecord.decode(entry.value)
+    if record.epoch == 0:
+        # A written counter always holds an epoch ≥ 1, so this one is unreadable. Never reset it:
+        # every grant wrote this key once, so its revision (a sequence that only rises) is at
+        # least the last epoch granted, and serves as the floor.
+        record = EpochRecord(epoch=entry.revision)
+    return record, entry.revision
 
 
 async def current_epoch(coord: Coordination, handle: str) -> int:

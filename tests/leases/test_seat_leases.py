@@ -176,3 +176,20 @@ async def test_a_claim_is_visible_to_the_same_callers_next_listing(kv: Coordinat
     assert all(g is not None for g in grants)
     listed = {e.key for e in await kv.entries("leases", "seat.")}
     assert listed == {f"seat.s{i}" for i in range(10)}
+
+
+async def test_an_unreadable_counter_is_never_reset(kv: Coordination) -> None:
+    """FL-49: a garbled counter must not restart at 1 (a zombie's token would be valid again)."""
+    a = leases(kv, "n1")
+    for _ in range(3):
+        grant = await a.acquire("triage")
+        assert grant is not None
+        await a.release(grant)
+    assert grant.epoch == 3
+    entry = await kv.get("epochs", "seat.triage")
+    assert entry is not None
+    await kv.update("epochs", "seat.triage", b"\x00garbled", revision=entry.revision)
+    assert await current_epoch(kv, "triage") >= grant.epoch  # the floor, not 0
+    after = await a.acquire("triage")
+    assert after is not None and after.epoch > grant.epoch
+    assert await check_epoch(kv, "triage", grant.epoch) is False
