@@ -6,7 +6,7 @@ seam with two backends); format-specific checks follow.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,7 @@ class Backend:
 
 
 @pytest.fixture(params=["openai", "anthropic"])
-async def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     server: ScriptedServer
     provider: providers.HttpProvider
     if request.param == "openai":

@@ -18,7 +18,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 __all__ = [
     "AnthropicServer",
@@ -143,7 +143,7 @@ class ScriptedServer:
         self._httpd.server_close()
         self._thread.join(5)
 
-    def __enter__(self) -> ScriptedServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

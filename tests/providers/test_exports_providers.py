@@ -1,0 +1,53 @@
+"""Pin the public API of ``shared.providers`` (STYLE: a test pins ``__all__``)."""
+
+from __future__ import annotations
+
+from shared import providers
+
+EXPECTED = [
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_VERSION",
+    "AnthropicProvider",
+    "AssistantMessage",
+    "AuthFailed",
+    "ChatRequest",
+    "Completion",
+    "ContextTooLong",
+    "DEFAULT_MAX_OUTPUT_TOKENS",
+    "DEFAULT_TIMEOUT_SECONDS",
+    "ErrorKind",
+    "FatalLLMError",
+    "HttpProvider",
+    "LLMError",
+    "LLMUnavailable",
+    "LlmProvider",
+    "MalformedResponse",
+    "Message",
+    "OFFLINE_LABEL",
+    "OPENAI_BASE_URL",
+    "OfflineProvider",
+    "OpenAICompatibleProvider",
+    "OpenAIProvider",
+    "ProviderChain",
+    "ProviderError",
+    "ProviderMisconfigured",
+    "ProviderSet",
+    "ProviderTimeout",
+    "RateLimited",
+    "RequestContext",
+    "ServerFailed",
+    "StopReason",
+    "ToolCall",
+    "ToolResultMessage",
+    "ToolSpec",
+    "UserMessage",
+    "build_provider",
+    "build_providers",
+    "parse_retry_after",
+]
+
+
+def test_all_is_pinned_and_every_name_resolves() -> None:
+    assert sorted(providers.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert getattr(providers, name) is not None

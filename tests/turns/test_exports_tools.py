@@ -1,0 +1,44 @@
+"""Pin the public API of ``shared.tools`` (STYLE: a test pins ``__all__``)."""
+
+from __future__ import annotations
+
+from shared import tools
+
+EXPECTED = [
+    "BUILTIN_TOOL_NAMES",
+    "BUILTIN_TOOL_TIMEOUT_SECONDS",
+    "FILE_IO_LIMIT_BYTES",
+    "Hint",
+    "STATUSES",
+    "Submission",
+    "Tool",
+    "ToolAnnotations",
+    "ToolArgumentsInvalid",
+    "ToolContext",
+    "ToolError",
+    "ToolFailed",
+    "ToolHandler",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolRegistryError",
+    "Workspace",
+    "WorkspaceConflict",
+    "WorkspaceError",
+    "WorkspaceNotFound",
+    "WorkspaceRefused",
+    "WorkspaceUnavailable",
+    "builtin_tools",
+    "check_path",
+    "colleague_tools",
+    "file_tools",
+    "knowledge_tools",
+    "submit_work_tool",
+    "tracker_tools",
+    "validate_arguments",
+]
+
+
+def test_all_is_pinned_and_every_name_resolves() -> None:
+    assert sorted(tools.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert getattr(tools, name) is not None

@@ -1,0 +1,41 @@
+"""Pin the public API of ``shared.turns`` (STYLE: a test pins ``__all__``)."""
+
+from __future__ import annotations
+
+from shared import turns
+
+EXPECTED = [
+    "ErrorKind",
+    "FIRST_LINE_MAX_CHARS",
+    "Fence",
+    "MemoryRecorder",
+    "Outcome",
+    "PREFETCH_CHARS",
+    "PREFETCH_HITS",
+    "PREFETCH_QUERY_CHARS",
+    "PhaseRecord",
+    "Prompt",
+    "REDELIVER_ERROR_KINDS",
+    "ReplyMode",
+    "RoundRecord",
+    "SeatNotRunnable",
+    "Section",
+    "ToolExecution",
+    "Trigger",
+    "TurnEngine",
+    "TurnError",
+    "TurnRecorder",
+    "TurnResult",
+    "TurnStart",
+    "WorkItemCharge",
+    "build_prompt",
+    "first_line",
+    "prefetch_knowledge",
+    "work_key",
+]
+
+
+def test_all_is_pinned_and_every_name_resolves() -> None:
+    assert sorted(turns.__all__) == EXPECTED
+    for name in EXPECTED:
+        assert getattr(turns, name) is not None
