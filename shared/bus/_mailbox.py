@@ -391,7 +391,8 @@ class Mailbox:
     ) -> Outcome:
         """Fetch one message and run ``handler`` on it with the three outcomes of FL-81/FL-82.
 
-        Return = ack. :class:`Deferred` = NAK at once and pause. Any other exception = NAK with
+        Return = ack. :class:`Deferred` = NAK at once and pause (record it with the seat host's
+        ``record_deferral`` so the next good renew resumes it, FL-73). Any other exception = NAK with
         :meth:`backoff`, or dead-letter and terminate when this was the last allowed delivery.
         Serial per seat (CO-7): concurrent calls on one mailbox run one handler at a time, and the
         next message is fetched only after the previous handler's delivery was settled.

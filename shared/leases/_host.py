@@ -210,6 +210,18 @@ class SeatHost:
             "unproven_seconds": {h: round(now - u.since, 3) for h, u in self._undead.items()},
         }
 
+    def record_deferral(self, handle: str) -> None:
+        """Record that a delivery of ``handle`` was deferred and its consumer paused (FL-73, FL-81).
+
+        The seat counts as quiesced until the next successful renew, whose resume edge calls
+        ``on_resume`` to restart the consumer; without the record a seat could end up owned,
+        attached and deaf. A seat not held is a no-op.
+        """
+        seat = self._held.get(handle)
+        if seat is not None and not seat.quiesced:
+            seat.quiesced = True
+            _log.info("seat_deferral_recorded", seat=handle, epoch=seat.grant.epoch)
+
     # -- claim -------------------------------------------------------------------------------
 
     async def claim(self, handle: str) -> int | None:

@@ -270,3 +270,16 @@ async def test_the_heartbeat_holds_seats_past_the_ttl_and_stop_releases_them(kv:
     assert a.held() == {}
     assert sorted(c[1] for c in hooks.calls if c[0] == "release" and c[2] == "drain") == ["triage", "writer"]
     assert await peer(kv).acquire("triage") is not None
+
+
+async def test_a_recorded_deferral_is_resumed_by_the_next_good_renew(kv: Coordination) -> None:
+    """FL-73: every deferral is recorded, so the renew's resume edge restarts the consumer."""
+    hooks = Hooks()
+    a = host(kv, "n1", hooks)
+    epoch = await a.claim("triage")
+    assert epoch is not None
+    a.record_deferral("triage")
+    assert a.may_start("triage") is None and not any(c[0] == "resume" for c in hooks.calls)
+    assert await a.renew_all() == {"triage": True}
+    assert hooks.calls[-1] == ("resume", "triage", epoch) and a.may_start("triage") == epoch
+    a.record_deferral("not-held")  # no-op
