@@ -158,6 +158,44 @@ class TurnEngine:
         )
         return await run.execute()
 
+    async def refuse(
+        self,
+        seat: str,
+        trigger: Trigger,
+        *,
+        kind: str,
+        error: str,
+        workspace: Workspace,
+        turn_id: str | None = None,
+    ) -> TurnResult:
+        """Record a turn that a guard refused before it ran, e.g. CO-11's depth cap
+        (``kind="depth_cap"``): ``turn.guard_breach{kind}`` is logged, the turn is recorded
+        ``failed`` with ``error_kind=kind`` (no phase runs, no provider is called) and its
+        :attr:`TurnResult.redeliver` is False (ack: a redelivery would be refused again).
+
+        Args:
+            seat: The agent seat's handle.
+            trigger: The refused delivery.
+            kind: The guard (``depth_cap``, ...).
+            error: Why, for the record.
+            workspace: The seat's workspace (unused by a refusal; kept for symmetry).
+            turn_id: The execution's id; None for a new UUID.
+
+        Raises:
+            SeatNotRunnable: ``seat`` is unknown or human.
+        """
+        seat_obj = self.seat(seat)
+        run = TurnRun(
+            self,
+            seat_obj,
+            trigger,
+            workspace,
+            _always,
+            turn_id or str(uuid.uuid4()),
+            self.providers.chain_for(seat_obj.role),
+        )
+        return await run.execute(refuse=(kind, error))
+
     def clean(self, text: str) -> str:
         """Strip control characters (tab and newlines stay) and redact secret values (CO-16)."""
         text = _CONTROL.sub("", text)

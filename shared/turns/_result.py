@@ -41,6 +41,7 @@ ErrorKind = Literal[
     "refusal",
     "paused",
     "unhandled_exception",
+    "depth_cap",
     "fenced",
 ]
 """Why a turn failed (CO-16, CO-18)."""

@@ -105,7 +105,8 @@ class TurnRun:
         r.outcome = outcome  # type: ignore[assignment]  # "failed" | "fenced"
         r.error_kind, r.error = kind, error
 
-    async def execute(self) -> TurnResult:
+    async def execute(self, refuse: tuple[str, str] | None = None) -> TurnResult:
+        """Run the turn; with ``refuse=(kind, error)`` record it failed without running it."""
         trigger, e = self.trigger, self.e
         p0, wall0 = time.perf_counter(), time.time()
         attributes = turn_start_attributes(self.seat, trigger, self.turn_id, e.epoch)
@@ -140,7 +141,13 @@ class TurnRun:
                     source=trigger.source,
                 )
                 await self._record("turn_started", start)
-                await self._phase()
+                if refuse is None:
+                    await self._phase()
+                else:
+                    self._fail(*refuse)
+                    self.result.phase.failed = True
+                    self.result.phase.error, self.result.phase.error_kind = refuse[1], refuse[0]
+                    _log.warning("turn.guard_breach", kind=refuse[0], turn_id=self.turn_id, error=refuse[1])
                 self._conclude()
             finally:
                 if e.metrics is not None:

@@ -287,3 +287,25 @@ async def test_a_wake_is_charged_to_its_item_and_a_redelivery_keeps_the_work_key
     again = await eng.run("lead", trigger, workspace=estate.workspace("lead"))
     assert first.turn_id != again.turn_id and first.work_key == again.work_key == trigger.work_key
     assert first.work_item == turns.WorkItemCharge("SUP-1", estate.items["SUP-1"]["id"], "SUP", "trigger")
+
+
+async def test_a_guard_refusal_is_recorded_failed_without_running() -> None:
+    # CO-11 step 4: delegation_depth >= limit -> turn.guard_breach{depth_cap}, recorded failed, acked.
+    recorder = turns.MemoryRecorder()
+    estate = Estate()
+    eng = engine(example_org(), recorder=recorder)
+    trigger = api_trigger("Crash", delegation_depth=3)
+    result = await eng.refuse(
+        "triage",
+        trigger,
+        kind="depth_cap",
+        error="delegation depth 3 >= 3",
+        workspace=estate.workspace("triage"),
+    )
+    assert (result.outcome, result.error_kind, result.rounds, result.redeliver) == (
+        "failed",
+        "depth_cap",
+        [],
+        False,
+    )
+    assert recorder.names() == ["agent_turn_started", "agent_turn_completed"] and estate.writes == []
