@@ -1,12 +1,85 @@
-"""The ``data`` role (FL-15)."""
+"""The ``data`` role (FL-15, ES-1..ES-40): this node's copy of the estate.
+
+At start: open the estate under ``store.dir`` (``estate.db``), provision the log streams (replicas
+from ``stream.replicas``; an existing stream is never rewritten), start one applier per domain,
+answer router calls on ``crewlet.estate.rpc.<node_id>``, publish positions every 10 s, wait (up to
+30 s) for the copy to be level, then seed the company's projects and spaces through the log. The
+estate is left in ``ctx.extras["estate"]`` so this node's router answers its own calls in-process,
+and the node-local event log in ``ctx.extras["events"]``.
+
+On drain the RPC subscription stops taking calls and the calls in hand finish; on stop the
+appliers finish their batch and the files are closed.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from shared import estate, logs
+from shared.router import RpcServer
 from shared.runtime import NodeContext, RoleService
 
-__all__ = ["service"]
+from .events import EventLog, estate_event
+
+__all__ = ["LEVEL_WAIT", "service"]
+
+_log = logs.get("data")
+LEVEL_WAIT = 30.0
+"""Seconds the start waits for the copy to reach its logs' end before seeding and going ready."""
 
 
 def service(ctx: NodeContext) -> RoleService:
     """Build the data role for ``ctx``."""
-    return RoleService(name="data")
+    held: dict[str, Any] = {}
+
+    async def start(ctx: NodeContext) -> None:
+        if ctx.link is None:
+            raise estate.Refused("broker_unreachable", "the data role needs the broker connection")
+        events = EventLog.open(ctx.cfg.store_dir / "node.db", node_id=ctx.node_id)
+        held["events"] = events
+        ctx.extras["events"] = events
+        est = await estate.open_estate(
+            ctx.link.js,
+            node_id=ctx.node_id,
+            store_dir=ctx.cfg.store_dir,
+            replicas=ctx.cfg.stream.replicas,
+            rules=estate.rules_from_company(ctx.company, ctx.org),
+            positions_bucket=f"{ctx.cfg.coordination.bucket_prefix}_positions",
+        )
+
+        def on_write(op: str, call: estate.Call, answer: dict[str, Any]) -> None:
+            ev = estate_event(ctx.node_id, op, call, answer)
+            if ev is not None:
+                events.record(ev)
+
+        est.service.on_write = on_write
+        held["estate"] = est
+        ctx.extras["estate"] = est
+        server = RpcServer(ctx.link.nc, node_id=ctx.node_id, handler=est.service.serve)
+        await server.start()
+        held["server"] = server
+        if not await est.wait_level(LEVEL_WAIT):
+            _log.warning(
+                "estate_not_level_at_start",
+                waited_seconds=LEVEL_WAIT,
+                lag={d: a.lag for d, a in est.appliers.items()},
+            )
+        seeded = await est.seed(ctx.org)
+        _log.info("estate_ready", positions=est.service.positions(), seeded=len(seeded))
+
+    async def drain(ctx: NodeContext) -> None:
+        server = held.pop("server", None)
+        if server is not None:
+            await server.stop()
+
+    async def stop(ctx: NodeContext) -> None:
+        est = held.pop("estate", None)
+        ctx.extras.pop("estate", None)
+        if est is not None:
+            await est.close()
+        events = held.pop("events", None)
+        ctx.extras.pop("events", None)
+        if events is not None:
+            events.close()
+
+    return RoleService(name="data", start=start, drain=drain, stop=stop)

@@ -1,0 +1,237 @@
+"""Tracker routes (CO-24, CO-27, ES-15, ES-25, ES-32): every read and write goes through the router.
+
+Reads: ``GET /work``, ``GET /work/catalogue``, ``GET /work/{key}``, ``GET /projects`` (``state:read``),
+with ``read_level`` (default ``stale``) and ``min_position`` (ES-25, ES-27). Writes (``work:write``):
+``POST /work``, ``PATCH /work/{key}``, ``POST /work/{key}/comments``; each answers its outcome
+(``applied`` or ``pending``), its ``op_id`` and the ``position`` it landed at (ES-15). Bringing the
+same ``op_id`` back answers the first landing and writes nothing (ES-7).
+
+:func:`estate_http_error` maps estate and router errors to JSON errors for every estate route:
+404 unknown object, 400 a bad field (named), 409 stale ``if_match`` (with the current version) or
+``op_reused``, 413 too large, 503 refusals, ``unknown`` outcomes and "nobody answered" (listing
+each data node's reply).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared import estate
+from shared.router import EstateRouter, NobodyAnswered, RouterError, router_of
+from shared.runtime import NodeContext, api_error, require_grant
+
+__all__ = ["estate_http_error", "read_level_of", "router"]
+
+
+def estate_http_error(e: Exception) -> HTTPException:
+    """Return the HTTP error of an estate/router failure (CO-27's ``{"error", "detail"}`` body)."""
+    if isinstance(e, estate.NotFound):
+        return api_error(404, "not_found", {"what": e.what, "key": e.key, "message": str(e)})
+    if isinstance(e, estate.WrongStream):
+        return api_error(400, "wrong_stream", {"field": e.field, "message": e.detail})
+    if isinstance(e, estate.InvalidField):
+        return api_error(400, "invalid", {"field": e.field, "message": e.detail})
+    if isinstance(e, estate.VersionConflict):
+        return api_error(409, "conflict", {"current_version": e.current_version, "message": str(e)})
+    if isinstance(e, estate.OpReused):
+        return api_error(409, "op_reused", {"op_id": e.op_id, "position": e.position, "object": e.object_id})
+    if isinstance(e, estate.TooLarge):
+        return api_error(413, "too_large", {"field": e.field, "limit": e.limit, "size": e.size})
+    if isinstance(e, estate.OutcomeUnknown):
+        return api_error(
+            503,
+            "unknown",
+            {"op_id": e.op_id, "message": str(e), "retry": "repeat the call with the same op_id"},
+        )
+    if isinstance(e, estate.Refused):
+        headers = {"Retry-After": str(max(1, round(e.retry_after)))} if e.retry_after else None
+        return api_error(503, e.refusal, {"node": e.node, "message": str(e)}, headers=headers)
+    if isinstance(e, NobodyAnswered):
+        return api_error(
+            503,
+            "nobody_answered",
+            {
+                "estate": e.estate,
+                "message": str(e),
+                "nodes": [{"node": r.node, "said": r.said, "detail": r.detail} for r in e.replies],
+            },
+        )
+    if isinstance(e, RouterError | estate.EstateError):
+        return api_error(503, "estate_unavailable", str(e))
+    raise e
+
+
+def read_level_of(value: str) -> estate.ReadLevel:
+    """Return ``value`` as a read level; the data node refuses an unknown one naming ``read_level``."""
+    return cast(estate.ReadLevel, value)
+
+
+def _author(token_id: str) -> dict[str, str]:
+    return {"author": f"operator:{token_id}", "author_kind": "operator"}
+
+
+class WorkCreate(BaseModel):
+    """``POST /work``: ``create_work_item`` (CO-24)."""
+
+    model_config = ConfigDict(extra="forbid")
+    project: str
+    title: str
+    type: str = "task"
+    body: str | None = None
+    priority: str = "normal"
+    assignee: str | None = None
+    parent: str | None = None
+    op_id: str | None = None
+
+
+class WorkUpdate(BaseModel):
+    """``PATCH /work/{key}``: ``update_work_item`` (CO-24); absent fields are unchanged."""
+
+    model_config = ConfigDict(extra="forbid")
+    if_match: int | None = None
+    title: str | None = None
+    body: str | None = None
+    status: str | None = None
+    priority: str | None = None
+    assignee: str | None = None
+    parent: str | None = None
+    watch: bool | None = None
+    due: str | None = None
+    type: str | None = None
+    op_id: str | None = None
+
+
+class CommentCreate(BaseModel):
+    """``POST /work/{key}/comments``."""
+
+    model_config = ConfigDict(extra="forbid")
+    body: str = Field(min_length=1)
+    op_id: str | None = None
+
+
+def _write_answer(result: dict[str, Any], name: str) -> dict[str, Any]:
+    out = {k: v for k, v in result.items() if k != "object"}
+    out[name] = result.get("object")
+    return out
+
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the tracker routes over this node's estate router."""
+    r = APIRouter(tags=["work"])
+    read = Depends(require_grant(ctx.cfg, "state:read"))
+    write = require_grant(ctx.cfg, "work:write")
+
+    def est() -> EstateRouter:
+        return router_of(ctx)
+
+    @r.get("/work", dependencies=[read])
+    async def list_work(
+        project: str | None = None,
+        status: str | None = None,
+        status_group: str | None = None,
+        assignee: str | None = None,
+        type: str | None = None,
+        text: str | None = None,
+        limit: int = Query(20, ge=1, le=100),
+        offset: int = Query(0, ge=0),
+        read_level: str = "stale",
+        min_position: str | None = None,
+    ) -> dict[str, Any]:
+        try:
+            res = await est().list_work_items(
+                project=project,
+                status=status,
+                status_group=status_group,
+                assignee=assignee,
+                type=type,
+                text=text,
+                limit=limit,
+                offset=offset,
+                read_level=read_level_of(read_level),
+                min_position=min_position,
+            )
+        except (estate.EstateError, RouterError) as e:
+            raise estate_http_error(e) from None
+        return {**res["data"], "read": res["meta"]}
+
+    @r.get("/work/catalogue", dependencies=[read])
+    async def catalogue(project: str | None = None) -> dict[str, Any]:
+        try:
+            res = await est().get_work_catalogue(project)
+        except (estate.EstateError, RouterError) as e:
+            raise estate_http_error(e) from None
+        return {**res["data"], "read": res["meta"]}
+
+    @r.get("/projects", dependencies=[read])
+    async def projects() -> dict[str, Any]:
+        try:
+            res = await est().list_projects()
+        except (estate.EstateError, RouterError) as e:
+            raise estate_http_error(e) from None
+        return {"projects": res["data"], "read": res["meta"]}
+
+    @r.get("/work/{key}", dependencies=[read])
+    async def get_work(
+        key: str, read_level: str = "stale", min_position: str | None = None
+    ) -> dict[str, Any]:
+        try:
+            res = await est().get_work_item(
+                key, read_level=read_level_of(read_level), min_position=min_position
+            )
+        except (estate.EstateError, RouterError) as e:
+            raise estate_http_error(e) from None
+        return {**res["data"], "read": res["meta"]}
+
+    @r.post("/work", status_code=201)
+    async def create_work(body: WorkCreate, token: str = Depends(write)) -> dict[str, Any]:
+        try:
+            res = await est().create_work_item(
+                body.project,
+                body.title,
+                type=body.type,
+                body=body.body,
+                priority=body.priority,
+                assignee=body.assignee,
+                parent=body.parent,
+                op_id=body.op_id,
+                **_author(token),
+            )
+        except (estate.EstateError, RouterError) as e:
+            raise estate_http_error(e) from None
+        return _write_answer(res, "item")
+
+    @r.patch("/work/{key}")
+    async def update_work(key: str, body: WorkUpdate, token: str = Depends(write)) -> dict[str, Any]:
+        try:
+            res = await est().update_work_item(
+                key,
+                if_match=body.if_match,
+                title=body.title,
+                body=body.body,
+                status=body.status,
+                priority=body.priority,
+                assignee=body.assignee,
+                parent=body.parent,
+                watch=body.watch,
+                due=body.due,
+                type=body.type,
+                op_id=body.op_id,
+                author=f"operator:{token}",
+                author_kind="operator",
+            )
+        except (estate.EstateError, RouterError) as e:
+            raise estate_http_error(e) from None
+        return _write_answer(res, "item")
+
+    @r.post("/work/{key}/comments", status_code=201)
+    async def comment(key: str, body: CommentCreate, token: str = Depends(write)) -> dict[str, Any]:
+        try:
+            res = await est().comment_on_work_item(key, body.body, op_id=body.op_id, **_author(token))
+        except (estate.EstateError, RouterError) as e:
+            raise estate_http_error(e) from None
+        return _write_answer(res, "comment")
+
+    return r

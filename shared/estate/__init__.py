@@ -1,0 +1,103 @@
+"""Estate seam: the replicated tracker, knowledge base and file rows of every data node (spec/estate.md).
+
+Writes go through the ordered state logs even on one node (DESIGN.md); every data node applies the
+same logs into its own SQLite copy. The router (``shared.router``) is how anything reaches it; this
+package knows nothing of the router.
+"""
+
+from ._applier import Applier, ApplyOutcome, CopyState
+from ._decide import DecideCtx, Decision, Rules
+from ._errors import (
+    RETRY_HERE,
+    EstateError,
+    EstateServiceError,
+    EstateUsageError,
+    InvalidField,
+    NotFound,
+    OpReused,
+    OutcomeUnknown,
+    Refused,
+    StoreFailed,
+    TooLarge,
+    VersionConflict,
+    WrongStream,
+    from_wire,
+    to_wire,
+)
+from ._estate import Estate, open_estate, rules_from_company
+from ._events import EVENT_LIMIT, EventLog
+from ._files import MAX_FILE, object_key_for, validate_path
+from ._ids import (
+    BUCKETS,
+    DOMAINS,
+    STREAMS,
+    Domain,
+    Position,
+    derive_op_id,
+    mint_op_id,
+    object_subject,
+    op_id_instant,
+    search_bucket,
+    validate_op_id,
+)
+from ._log import StateLog
+from ._pages import PAGE_LIMIT
+from ._protocol import OPS, PROTOCOL, Answer, Call, ReadLevel
+from ._record import Record
+from ._seed import company_seed
+from ._service import EstateService
+from ._store import EstateStore
+
+__all__ = [
+    "BUCKETS",
+    "DOMAINS",
+    "EVENT_LIMIT",
+    "MAX_FILE",
+    "OPS",
+    "PAGE_LIMIT",
+    "PROTOCOL",
+    "RETRY_HERE",
+    "STREAMS",
+    "Answer",
+    "Applier",
+    "ApplyOutcome",
+    "Call",
+    "CopyState",
+    "DecideCtx",
+    "Decision",
+    "Domain",
+    "Estate",
+    "EstateError",
+    "EstateService",
+    "EstateServiceError",
+    "EstateStore",
+    "EstateUsageError",
+    "EventLog",
+    "InvalidField",
+    "NotFound",
+    "OpReused",
+    "OutcomeUnknown",
+    "Position",
+    "ReadLevel",
+    "Record",
+    "Refused",
+    "Rules",
+    "StateLog",
+    "StoreFailed",
+    "TooLarge",
+    "VersionConflict",
+    "WrongStream",
+    "company_seed",
+    "derive_op_id",
+    "from_wire",
+    "mint_op_id",
+    "object_key_for",
+    "object_subject",
+    "op_id_instant",
+    "open_estate",
+    "rules_from_company",
+    "search_bucket",
+    "to_wire",
+    "validate_op_id",
+    "validate_path",
+]

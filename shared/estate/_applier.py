@@ -1,0 +1,502 @@
+"""The applier: one per domain per data node (ES-16, ES-17, ES-19, ES-20, ES-24, ES-39, ES-40).
+
+It reads its domain's log through a durable pull consumer of its own (named after the node; R1 on
+the Limits stream, so creating it costs ~2 ms rather than an R3 consumer's ~60 ms: infra-facts S2)
+and applies records in batches. Each batch commits in one ``BEGIN IMMEDIATE`` transaction together
+with the domain checkpoint, the per-subject anchors and the ledger rows; the consumer is acked
+(AckAll, through the batch's last record) only after the commit. Apply is deterministic: it reads the
+record and the rows only.
+
+Resume from rows, never from the reader (ES-17): at start the checkpoint in SQLite is compared with
+the consumer's acknowledged floor; a consumer that disagrees is deleted and recreated at the
+checkpoint, logging ``jetstream_domain_consumer_rebuilt`` with its ``drift``. A clean restart logs
+nothing. A record whose sequence the checkpoint already covers is skipped (a redelivery), and a
+record whose op id the ledger already holds folds to nothing (a repeat past the broker's window).
+
+Apply failures (ES-20) are retried in place: ``statelog_apply_retrying`` (WARN) once per run of
+failures, ``statelog_apply_faulted`` (ERROR) after the retry budget — the copy is then out of
+service — and ``statelog_apply_recovered`` (INFO) with ``after`` and the last error. A record this
+build cannot decode stops the applier (``statelog_applier_stopped``) rather than being skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js import api as jsapi
+from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy.dialects.sqlite import insert
+
+from shared import logs
+
+from ._errors import EstateError, to_wire
+from ._ids import GENERATION, STREAMS, op_id_instant
+from ._record import Record
+from ._schema import T_ANCHOR, T_CHECKPOINT, T_LEDGER
+from ._store import EstateStore
+
+__all__ = ["LAGGING_RECORDS", "ApplyOutcome", "ApplyFn", "Applier", "CopyState"]
+
+_log = logs.get("statelog")
+
+LAGGING_RECORDS = 1000
+"""A copy more than this many records short of its log's end lags (ES-39)."""
+
+CopyState = Literal["serving", "lagging", "out_of_service"]
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    """What one record did, for the ledger (ES-7).
+
+    Attributes:
+        object_kind: The kind of object it was about (``task``, ``page``...).
+        object_id: That object's id.
+        error: When the record was refused at apply (e.g. a stale ``if_match`` or a vanished
+            parent), the refusal every retry is answered with; None when it applied.
+    """
+
+    object_kind: str
+    object_id: str
+    error: EstateError | None = None
+
+
+ApplyFn = Callable[[Connection, Record, int], ApplyOutcome]
+"""``(conn, record, seq) -> outcome``: a domain's deterministic apply of one record."""
+
+
+_ins_anchor = insert(T_ANCHOR)
+_ANCHOR_UPSERT = _ins_anchor.on_conflict_do_update(
+    index_elements=["domain", "subject"], set_={"last_consumed_seq": _ins_anchor.excluded.last_consumed_seq}
+)
+_ins_cp = insert(T_CHECKPOINT)
+_CHECKPOINT_UPSERT = _ins_cp.on_conflict_do_update(
+    index_elements=["domain"],
+    set_={
+        **{
+            c: _ins_cp.excluded[c]
+            for c in (
+                "stream",
+                "generation",
+                "seq",
+                "applied_through",
+                "stream_created_at",
+                "checkpoint_stored_at",
+                "checkpoint_op_id",
+            )
+        },
+        "max_record_version": func.max(
+            _ins_cp.excluded.max_record_version, T_CHECKPOINT.c.max_record_version
+        ),
+    },
+)
+_LEDGER_SEEN = select(T_LEDGER.c.seq).where(
+    T_LEDGER.c.domain == bindparam("domain"), T_LEDGER.c.op_id == bindparam("op_id")
+)
+
+
+def consumer_name(domain: str, node_id: str) -> str:
+    """Return the applier's durable name: ``crewlet-applier-<domain>-<node>-<6 hex>`` (no dots)."""
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in node_id)
+    return f"crewlet-applier-{domain}-{safe}-{hashlib.sha256(node_id.encode()).hexdigest()[:6]}"
+
+
+class Applier:
+    """One domain's applier on one data node.
+
+    Args:
+        domain: ``tracker`` or ``pages``.
+        js: The JetStream context of the node's connection.
+        store: The estate file.
+        node_id: This node's id (names the consumer).
+        apply: The domain's apply function.
+        stream_created_at: The stream's creation instant (unix µs), stored in the checkpoint.
+        retry_budget: Seconds of failing applies before the copy faults (ES-20: 30).
+        batch: Records per fetch and per transaction at most.
+
+    Attributes:
+        applied: The checkpoint: highest sequence applied (contiguous prefix).
+        log_last: The highest sequence known to be on the log.
+        drained: True once the applier reached the log's end since start (ES-39).
+        faulted: True past the retry budget (ES-20) or after a stop for a reason retrying cannot fix.
+        fault: Fault-injection seam: when set, called in the writer thread before each batch;
+            raising makes the batch fail (ES-20 tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        domain: str,
+        js: JetStreamContext,
+        store: EstateStore,
+        node_id: str,
+        apply: ApplyFn,
+        stream_created_at: int = 0,
+        retry_budget: float = 30.0,
+        batch: int = 256,
+    ) -> None:
+        self.domain = domain
+        self.stream = STREAMS[domain]
+        self._js = js
+        self._store = store
+        self._node = node_id
+        self._apply = apply
+        self._created_at = stream_created_at
+        self._budget = retry_budget
+        self._batch = batch
+        self._durable = consumer_name(domain, node_id)
+        self._cond = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+        self._sub: Any = None
+        self._stopping = False
+        self._running = asyncio.Event()
+        self._running.set()
+        self.applied = 0
+        self.log_last = 0
+        self.drained = False
+        self.faulted = False
+        self.halted = ""
+        self.moved_at = time.monotonic()
+        self.behind_since: float | None = None
+        self.fault: Callable[[], None] | None = None
+        self.on_drained: Callable[[], None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Resume from the checkpoint (ES-17) and start applying.
+
+        Raises:
+            Refused: the consumer could not be read or created (``broker_unreachable``).
+        """
+        cp = await self._store.checkpoint(self.domain)
+        self.applied = cp.seq if cp is not None else 0
+        self.log_last = self.applied
+        await self._reconcile()
+        with contextlib.suppress(nats.js.errors.APIError, nats.errors.Error, asyncio.TimeoutError):
+            info = await self._js.stream_info(self.stream)
+            self.log_last = max(self.applied, int(info.state.last_seq))
+            if self.applied >= self.log_last:
+                self._level()  # nothing to replay: level at once (ES-39), no first fetch to wait out
+        self._task = asyncio.create_task(self._loop(), name=f"applier-{self.domain}")
+
+    async def _reconcile(self) -> None:
+        info: jsapi.ConsumerInfo | None
+        try:
+            info = await self._js.consumer_info(self.stream, self._durable)
+        except nats.js.errors.NotFoundError:
+            info = None
+        drift = ""
+        if info is not None:
+            acked = int(info.ack_floor.stream_seq or 0) if info.ack_floor else 0
+            delivered = int(info.delivered.stream_seq or 0) if info.delivered else 0
+            if acked > self.applied:
+                drift = "acknowledged_past_checkpoint"
+            elif acked < self.applied:
+                drift = "behind_checkpoint"
+            elif (info.num_ack_pending or 0) > 0:
+                drift = "in_flight_for_a_gone_reader"
+            elif delivered > acked:
+                drift = "delivered_past_checkpoint"
+            if drift:
+                with contextlib.suppress(nats.js.errors.NotFoundError):
+                    await self._js.delete_consumer(self.stream, self._durable)
+                level = _log.warning if drift == "acknowledged_past_checkpoint" else _log.info
+                level(
+                    "jetstream_domain_consumer_rebuilt",
+                    domain=self.domain,
+                    stream=self.stream,
+                    drift=drift,
+                    checkpoint=self.applied,
+                    consumer_acked=acked,
+                    consumer_delivered=delivered,
+                )
+        if info is None or drift:
+            await self._create_consumer()
+
+    async def _create_consumer(self) -> None:
+        start = self.applied + 1
+        cfg = jsapi.ConsumerConfig(
+            durable_name=self._durable,
+            ack_policy=jsapi.AckPolicy.ALL,
+            deliver_policy=jsapi.DeliverPolicy.BY_START_SEQUENCE if start > 1 else jsapi.DeliverPolicy.ALL,
+            opt_start_seq=start if start > 1 else None,
+            ack_wait=30.0,
+            max_ack_pending=20_000,
+            num_replicas=1,
+        )
+        await self._js.add_consumer(self.stream, cfg)
+
+    async def stop(self) -> None:
+        """Finish the batch in hand (fetches wait at most 1 s) and stop; idempotent."""
+        self._stopping = True
+        self._running.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), 5.0)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._task
+            self._task = None
+
+    def pause(self) -> None:
+        """Hold the applier after its current batch (a test seam for ES-11's ``pending``)."""
+        self._running.clear()
+
+    def resume(self) -> None:
+        """Release :meth:`pause`."""
+        self._running.set()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def lag(self) -> int:
+        """Records known to be on the log and not applied here."""
+        return max(0, self.log_last - self.applied)
+
+    def copy_state(self) -> CopyState:
+        """``serving``, ``lagging`` (ES-39) or ``out_of_service`` (ES-40: faulted or halted)."""
+        if self.faulted or self.halted:
+            return "out_of_service"
+        if not self.drained or self.lag > LAGGING_RECORDS:
+            return "lagging"
+        return "serving"
+
+    def stalled(self) -> bool:
+        """True when faulted, halted, or still for a minute with records waiting (ES-29 ``stalled``)."""
+        if self.faulted or self.halted:
+            return True
+        return self.lag > 0 and time.monotonic() - self.moved_at > 60.0
+
+    def note_log_end(self, last_seq: int) -> None:
+        """Record the log's last sequence as read from the broker (heartbeat, ES-23)."""
+        self.log_last = max(self.log_last, last_seq)
+
+    async def wait_applied(self, seq: int, timeout: float) -> bool:
+        """Wait until the checkpoint reaches ``seq``; False after ``timeout`` seconds."""
+        if self.applied >= seq:
+            return True
+        if timeout <= 0:
+            return False
+        try:
+            async with self._cond:
+                await asyncio.wait_for(self._cond.wait_for(lambda: self.applied >= seq), timeout)
+            return True
+        except TimeoutError:
+            return self.applied >= seq
+
+    async def wait_drained(self, timeout: float) -> bool:
+        """Wait until the applier has reached the log's end once; False after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.drained and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.drained
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        try:
+            await self._loop_inner()
+        finally:
+            if self._sub is not None:
+                with contextlib.suppress(Exception):
+                    await self._sub.unsubscribe()  # a drained connection must not wait on this reader
+                self._sub = None
+
+    async def _loop_inner(self) -> None:
+        errors = 0
+        while not self._stopping:
+            await self._running.wait()
+            if self._stopping:
+                break
+            try:
+                if self._sub is None:
+                    self._sub = await self._js.pull_subscribe_bind(self._durable, self.stream)
+                msgs = await self._sub.fetch(self._batch, timeout=1.0)
+                errors = 0
+            except nats.errors.TimeoutError:
+                self._level()
+                continue
+            except (nats.js.errors.APIError, nats.errors.Error, OSError) as e:
+                errors += 1
+                _log.warning("statelog_reader_error", domain=self.domain, error=f"{type(e).__name__}: {e}")
+                await asyncio.sleep(min(0.25 * errors, 2.0))
+                if errors >= 3:
+                    with contextlib.suppress(Exception):
+                        await self._reconcile_or_create()
+                    if self._sub is not None:
+                        with contextlib.suppress(Exception):
+                            await self._sub.unsubscribe()
+                    self._sub = None
+                continue
+            if not msgs:
+                continue
+            await self._apply_msgs(msgs)
+
+    async def _reconcile_or_create(self) -> None:
+        try:
+            await self._reconcile()
+        except nats.js.errors.ServiceUnavailableError:
+            await self._create_consumer()
+
+    def _level(self) -> None:
+        self.log_last = max(self.log_last, self.applied)
+        if self.lag == 0:
+            self.behind_since = None
+            if not self.drained:
+                self.drained = True
+                if self.on_drained is not None:
+                    self.on_drained()
+
+    async def _apply_msgs(self, msgs: list[Msg]) -> None:
+        items: list[tuple[Record, int, int]] = []
+        last = msgs[-1]
+        for m in msgs:
+            md = m.metadata
+            seq = int(md.sequence.stream)
+            self.log_last = max(self.log_last, seq + int(md.num_pending or 0))
+            if seq <= self.applied:
+                continue  # a redelivery of something the checkpoint covers
+            try:
+                rec = Record.decode(m.data)
+            except (ValueError, KeyError, TypeError) as e:
+                self._halt(f"undecodable record at {self.stream}:{seq}: {e}", seq)
+                return
+            stored = int(md.timestamp.timestamp() * 1_000_000) if md.timestamp else 0
+            items.append((rec, seq, stored))
+        if items:
+            if self.behind_since is None and self.lag > 0:
+                self.behind_since = time.monotonic()
+            await self._commit_with_retry(items)
+            if self._stopping and self.applied < items[-1][1]:
+                return
+        with contextlib.suppress(Exception):
+            await last.ack()
+        if self.lag == 0:
+            self._level()
+
+    def _halt(self, reason: str, seq: int) -> None:
+        if not self.halted:
+            self.halted = reason
+            _log.error(
+                "statelog_applier_stopped",
+                domain=self.domain,
+                stream=self.stream,
+                position=self.applied,
+                at_seq=seq,
+                reason=reason,
+            )
+        self._stopping = True
+
+    async def _commit_with_retry(self, items: list[tuple[Record, int, int]]) -> None:
+        failing_since: float | None = None
+        last_error = ""
+        attempt = 0
+        while True:
+            try:
+                await self._store.write(lambda conn: self._apply_batch(conn, items))
+                break
+            except Exception as e:  # noqa: BLE001 - every apply failure is named and retried (ES-20)
+                attempt += 1
+                last_error = f"{type(e).__name__}: {e}"
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    _log.warning(
+                        "statelog_apply_retrying", domain=self.domain, position=self.applied, error=last_error
+                    )
+                if not self.faulted and now - failing_since >= self._budget:
+                    self.faulted = True
+                    _log.error(
+                        "statelog_apply_faulted",
+                        domain=self.domain,
+                        position=self.applied,
+                        error=last_error,
+                        retry_budget_seconds=self._budget,
+                    )
+                if self._stopping:
+                    return
+                await asyncio.sleep(min(0.1 * attempt, 1.0))
+        if failing_since is not None:
+            self.faulted = False
+            _log.info(
+                "statelog_apply_recovered",
+                domain=self.domain,
+                position=items[-1][1],
+                after=round(time.monotonic() - failing_since, 3),
+                last_error=last_error,
+            )
+        async with self._cond:
+            self.applied = items[-1][1]
+            self.moved_at = time.monotonic()
+            self._cond.notify_all()
+
+    def _apply_batch(self, conn: Connection, items: list[tuple[Record, int, int]]) -> None:
+        if self.fault is not None:
+            self.fault()
+        max_version = 0
+        anchors: dict[str, int] = {}
+        for rec, seq, _stored in items:
+            max_version = max(max_version, rec.version)
+            if rec.kind != "barrier":
+                self._apply_one(conn, rec, seq)
+            anchors[rec.subject] = seq
+        conn.execute(
+            _ANCHOR_UPSERT,
+            [
+                {"domain": self.domain, "subject": subj, "last_consumed_seq": seq}
+                for subj, seq in anchors.items()
+            ],
+        )
+        rec, seq, stored = items[-1]
+        conn.execute(
+            _CHECKPOINT_UPSERT,
+            {
+                "domain": self.domain,
+                "stream": self.stream,
+                "generation": GENERATION,
+                "seq": seq,
+                "applied_through": seq,
+                "stream_created_at": self._created_at,
+                "checkpoint_stored_at": stored,
+                "checkpoint_op_id": rec.op_id,
+                "max_record_version": max_version,
+                "rule_versions": "{}",
+            },
+        )
+
+    def _apply_one(self, conn: Connection, rec: Record, seq: int) -> None:
+        if conn.execute(_LEDGER_SEEN, {"domain": self.domain, "op_id": rec.op_id}).first() is not None:
+            return  # ES-7: the op already applied; a repeat folds to nothing
+        outcome = self._apply(conn, rec, seq)
+        try:
+            minted = op_id_instant(rec.op_id) * 1000
+        except EstateError:
+            minted = 0
+        conn.execute(
+            insert(T_LEDGER).values(
+                domain=self.domain,
+                op_id=rec.op_id,
+                object_kind=outcome.object_kind,
+                object_id=outcome.object_id,
+                stream=self.stream,
+                generation=rec.generation,
+                seq=seq,
+                applied_at=rec.at,
+                minted_at=minted,
+                outcome="rejected" if outcome.error is not None else "applied",
+                error=json.dumps(to_wire(outcome.error)) if outcome.error is not None else "",
+            )
+        )

@@ -1,0 +1,137 @@
+"""Knowledge reads: page views, listings and the lexical search (CO-25, ES-60, ES-61, ES-65).
+
+Search ranks by SQLite FTS5 ``bm25()`` over title and body, the title weighted ×2 (CO-25), and
+returns ``{page_id, space, title, snippet (≤ 200 chars), score}``. Every search scans this node's
+whole index (ES-61: the corpus is small or the asker is a data node; the bucket split of ES-62 is P1).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from ._decide import iso
+from ._errors import InvalidField
+from ._pages import find_page, space_by_key
+from ._schema import T_CONTAINERS, T_PAGES
+from ._store import raw_sql
+
+__all__ = ["SNIPPET", "get_page", "list_pages", "list_spaces", "page_view", "search_pages"]
+
+SNIPPET = 200
+"""Longest snippet in characters (CO-25)."""
+
+
+def page_view(conn: Connection, page_id: str, *, body: bool = True) -> dict[str, Any]:
+    """Return one page (the answer of ``write_page``)."""
+    row = conn.execute(select(T_PAGES).where(T_PAGES.c.id == page_id)).first()
+    if row is None:
+        return {"id": page_id}
+    return _view(row, body=body)
+
+
+def _view(row: Any, *, body: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": row.id,
+        "space": row.container,
+        "title": row.title,
+        "version": row.version,
+        "status": row.status,
+        "author": row.author,
+        "author_kind": row.author_kind,
+        "created_at": iso(row.created_at),
+        "updated_at": iso(row.updated_at),
+        "search_shard": row.search_shard,
+    }
+    if body:
+        out["body"] = row.body
+    return out
+
+
+def get_page(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
+    """``get_page{page_id | space+title}``.
+
+    Raises:
+        InvalidField, NotFound: neither given, unknown space, or no such page.
+    """
+    return _view(find_page(conn, args))
+
+
+def list_pages(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
+    """``list_pages{space?, limit ≤ 500 (50), offset?}``: pages by title, without bodies.
+
+    Raises:
+        InvalidField, NotFound: a bad limit/offset, or an unknown space.
+    """
+    limit = args.get("limit", 50)
+    offset = args.get("offset", 0)
+    if not isinstance(limit, int) or not 1 <= limit <= 500:
+        raise InvalidField("limit", "must be 1..500")
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidField("offset", "must be ≥ 0")
+    q = select(T_PAGES)
+    if args.get("space"):
+        q = q.where(T_PAGES.c.container == space_by_key(conn, str(args["space"])).key)
+    rows = conn.execute(q.order_by(T_PAGES.c.container, T_PAGES.c.address).offset(offset).limit(limit)).all()
+    pages = [_view(r, body=False) for r in rows]
+    return {"pages": pages, "count": len(pages), "limit": limit, "offset": offset}
+
+
+def list_spaces(conn: Connection) -> list[dict[str, Any]]:
+    """Every knowledge space."""
+    return [
+        {"key": c.key, "name": c.name, "unit": c.unit_id, "version": c.version}
+        for c in conn.execute(select(T_CONTAINERS).order_by(T_CONTAINERS.c.key)).all()
+    ]
+
+
+def _match(query: str) -> str:
+    words = re.findall(r"\w+", query, flags=re.UNICODE)
+    if not words:
+        raise InvalidField("q", "give at least one word to search for")
+    return " OR ".join(f'"{w}"' for w in words[:32])
+
+
+def search_pages(conn: Connection, args: dict[str, Any]) -> list[dict[str, Any]]:
+    """``search_knowledge{query, space?, limit ≤ 20 (5)}``: hits best first.
+
+    Returns:
+        ``[{page_id, space, title, snippet, score}]``; ``score`` is the BM25 relevance (higher is better).
+
+    Raises:
+        InvalidField: an empty query or a bad limit; NotFound: an unknown space.
+    """
+    query = args.get("query")
+    if not isinstance(query, str):
+        raise InvalidField("q", "a query is required")
+    limit = args.get("limit", 5)
+    if not isinstance(limit, int) or not 1 <= limit <= 20:
+        raise InvalidField("limit", "must be 1..20")
+    sql = (
+        "SELECT p.id, p.container, p.title, bm25(pages_fts, 0.0, 0.0, 2.0, 1.0) AS score, "
+        "snippet(pages_fts, 3, '', '', '…', 32) AS snip "
+        "FROM pages_fts JOIN pages p ON p.id = pages_fts.page_id "
+        "WHERE pages_fts MATCH :q AND p.status = 'published'"
+    )
+    params: dict[str, Any] = {"q": _match(query), "limit": limit}
+    if args.get("space"):
+        params["space"] = space_by_key(conn, str(args["space"])).key
+        sql += " AND pages_fts.container = :space"
+    sql += " ORDER BY score, p.id LIMIT :limit"
+    hits = []
+    for r in raw_sql(conn, sql, **params):
+        snippet = " ".join(str(r.snip or "").split())
+        if len(snippet) > SNIPPET:
+            snippet = snippet[: SNIPPET - 1] + "…"
+        hits.append(
+            {
+                "page_id": r.id,
+                "space": r.container,
+                "title": r.title,
+                "snippet": snippet,
+                "score": round(-float(r.score), 9),
+            }
+        )
+    return hits

@@ -1,0 +1,211 @@
+"""The estate file: SQLite through SQLAlchemy/SQLModel, WAL, one writer, ``BEGIN IMMEDIATE`` (ES-3).
+
+One :class:`EstateStore` per data process. Writes run on one dedicated writer thread over one
+connection, each transaction opened with ``BEGIN IMMEDIATE`` (SQLAlchemy's deferred begin is
+overridden by an engine event), so no commit slips between an applier's read and its write and
+writers queue in order. Reads run on a small pool of reader connections, each in a deferred
+transaction: a consistent snapshot of committed rows (WAL readers never block the writer).
+
+The file is exclusive to its process: an ``flock`` on ``estate.db.lock`` refuses a second opener.
+A writer that cannot take the lock within ``busy_timeout`` seconds logs ``store_tx_retry`` naming
+the knob and rejoins the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy.exc import OperationalError
+
+from shared import logs
+
+from ._errors import StoreFailed
+from ._schema import FTS_DDL, T_CHECKPOINT, Checkpoint, EstateModel
+
+__all__ = ["EstateStore"]
+
+T = TypeVar("T")
+_log = logs.get("statelog")
+_DIGEST_SKIP = {"statelog_checkpoint"}
+
+
+def _engine(path: Path, *, pool: int, immediate: bool, busy_timeout: float) -> Engine:
+    engine = create_engine(
+        f"sqlite:///{path}",
+        connect_args={"check_same_thread": False, "timeout": busy_timeout},
+        pool_size=pool,
+        max_overflow=0,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # let the begin event below decide (pysqlite would BEGIN DEFERRED)
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(
+            "PRAGMA synchronous=NORMAL"
+        )  # a lost tail replays from the log: the checkpoint is in the rows
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+class EstateStore:
+    """One data node's estate file (ES-1, ES-3).
+
+    Args:
+        path: The SQLite file (``<store.dir>/estate.db``).
+        readers: Reader connections (``store.max_open_conns``).
+        busy_timeout: Seconds a writer waits for the lock before ``store_tx_retry`` (default 5).
+
+    Use :meth:`open` to build one; it creates the schema.
+    """
+
+    def __init__(self, path: Path, *, readers: int = 4, busy_timeout: float = 5.0) -> None:
+        self.path = path
+        self._busy = busy_timeout
+        self._lock_fd: int | None = None
+        self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="estate-writer")
+        self._reader_pool = ThreadPoolExecutor(readers, thread_name_prefix="estate-reader")
+        self._writer: Engine | None = None
+        self._reader: Engine | None = None
+        self._readers = readers
+
+    @classmethod
+    async def open(cls, path: Path, *, readers: int = 4, busy_timeout: float = 5.0) -> EstateStore:
+        """Open (creating when absent) the estate file and its schema.
+
+        Raises:
+            StoreFailed: another process holds the file, or SQLite could not open it.
+        """
+        store = cls(path, readers=readers, busy_timeout=busy_timeout)
+        await asyncio.get_running_loop().run_in_executor(store._writer_pool, store._open_sync)
+        return store
+
+    def _open_sync(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreFailed(
+                f"{self.path} is held by another process; the estate file is exclusive (ES-3)"
+            ) from None
+        self._lock_fd = fd
+        try:
+            self._writer = _engine(self.path, pool=1, immediate=True, busy_timeout=self._busy)
+            self._reader = _engine(self.path, pool=self._readers, immediate=False, busy_timeout=self._busy)
+            with self._writer.begin() as conn:
+                EstateModel.metadata.create_all(conn)
+                for ddl in FTS_DDL:
+                    conn.exec_driver_sql(ddl)
+        except OperationalError as e:
+            raise StoreFailed(f"cannot open {self.path}: {e.orig}") from None
+
+    def _write_sync(self, fn: Callable[[Connection], T]) -> T:
+        assert self._writer is not None
+        while True:
+            try:
+                with self._writer.begin() as conn:
+                    return fn(conn)
+            except OperationalError as e:
+                if "locked" in str(e.orig) or "busy" in str(e.orig):
+                    _log.warning("store_tx_retry", knob="store.busy_timeout_seconds", busy_timeout=self._busy)
+                    continue
+                raise StoreFailed(f"estate write failed: {e.orig}") from None
+
+    def _read_sync(self, fn: Callable[[Connection], T]) -> T:
+        assert self._reader is not None
+        try:
+            with self._reader.begin() as conn:
+                return fn(conn)
+        except OperationalError as e:
+            raise StoreFailed(f"estate read failed: {e.orig}") from None
+
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction on the writer thread; commit.
+
+        ``fn`` raising rolls the transaction back and re-raises.
+
+        Raises:
+            StoreFailed: SQLite failed for a reason other than a busy lock.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self._writer_pool, self._write_sync, fn)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in a read transaction (a snapshot of committed rows) on a reader thread.
+
+        Raises:
+            StoreFailed: SQLite failed.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self._reader_pool, self._read_sync, fn)
+
+    async def checkpoint(self, domain: str) -> Checkpoint | None:
+        """Return ``domain``'s checkpoint row, or None before its first apply."""
+
+        def q(conn: Connection) -> Checkpoint | None:
+            row = conn.execute(select(T_CHECKPOINT).where(T_CHECKPOINT.c.domain == domain)).first()
+            return Checkpoint(**row._mapping) if row is not None else None
+
+        return await self.read(q)
+
+    async def digest(self) -> dict[str, Any]:
+        """Return a digest of every replicated row (ES-1 check: identical copies have equal digests).
+
+        Returns:
+            ``{"sha256": hex, "tables": {name: {"rows": n, "sha256": hex}}}`` over every estate
+            table except the checkpoint (positions are compared apart) and the derived FTS index.
+        """
+
+        def q(conn: Connection) -> dict[str, Any]:
+            tables: dict[str, Any] = {}
+            whole = hashlib.sha256()
+            for name, table in sorted(EstateModel.metadata.tables.items()):
+                if name in _DIGEST_SKIP:
+                    continue
+                order = [c for c in table.primary_key.columns]
+                h = hashlib.sha256()
+                n = 0
+                for row in conn.execute(select(table).order_by(*order)):
+                    h.update(json.dumps(list(row), default=str, ensure_ascii=False).encode() + b"\n")
+                    n += 1
+                tables[name] = {"rows": n, "sha256": h.hexdigest()}
+                whole.update(f"{name}:{tables[name]['sha256']}\n".encode())
+            return {"sha256": whole.hexdigest(), "tables": tables}
+
+        return await self.read(q)
+
+    def close(self) -> None:
+        """Dispose the engines, stop the threads and release the file lock (idempotent)."""
+        for engine in (self._writer, self._reader):
+            if engine is not None:
+                engine.dispose()
+        self._writer = self._reader = None
+        self._writer_pool.shutdown(wait=True)
+        self._reader_pool.shutdown(wait=True)
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def raw_sql(conn: Connection, sql: str, **params: Any) -> Any:
+    """Execute literal SQL (FTS statements SQLAlchemy has no construct for)."""
+    return conn.execute(text(sql), params)

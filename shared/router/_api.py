@@ -1,0 +1,393 @@
+"""Typed calls for the tracker, the knowledge base and file rows (CO-23..CO-26), over :meth:`call`.
+
+These are what the REST routes and the agent tools use. Reads return ``{"data": ..., "meta":
+{"level", "position", "position_token", "served_by", "lag"?}}``; writes return ``{"outcome":
+"applied"|"pending", "op_id", "position", "position_token", "object"}``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from shared.estate import EstateError, ReadLevel
+
+from ._errors import NobodyAnswered, RouterError
+
+__all__ = ["EstateCalls", "failed_search"]
+
+
+def failed_search(reason: str) -> dict[str, Any]:
+    """The answer of a knowledge search nobody could run (ES-36, ES-65): no hits, ``failed``."""
+    return {
+        "data": {
+            "hits": [],
+            "searched": False,
+            "failed": True,
+            "state": "failed",
+            "sentence": f"The knowledge base could not be searched: {reason}",
+            "coverage": {"buckets_answered": 0, "buckets_missing": 64},
+        },
+        "meta": {"level": "none", "served_by": None},
+    }
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+class EstateCalls(abc.ABC):
+    """The estate operations by name; :meth:`call` routes each one."""
+
+    @abc.abstractmethod
+    async def call(
+        self,
+        op: str,
+        args: dict[str, Any] | None = None,
+        *,
+        op_id: str | None = None,
+        read_level: ReadLevel = "stale",
+        min_position: str | None = None,
+        timeout: float | None = None,
+        node: str | None = None,
+    ) -> Any:
+        """See :meth:`shared.router.EstateRouter.call`."""
+
+    # -- tracker (CO-24) -------------------------------------------------------------------
+
+    async def list_work_items(
+        self,
+        *,
+        project: str | None = None,
+        status: str | None = None,
+        status_group: str | None = None,
+        assignee: str | None = None,
+        type: str | None = None,
+        text: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        read_level: ReadLevel = "stale",
+        min_position: str | None = None,
+    ) -> dict[str, Any]:
+        """``list_work_items``: ``data`` is ``{"items", "count", "limit", "offset"}``.
+
+        Raises:
+            EstateUsageError, NobodyAnswered: see :meth:`call`.
+        """
+        args = _drop_none(
+            {
+                "project": project,
+                "status": status,
+                "status_group": status_group,
+                "assignee": assignee,
+                "type": type,
+                "text": text,
+                "limit": limit,
+                "offset": offset,
+            }
+        )
+        result: dict[str, Any] = await self.call(
+            "work.list", args, read_level=read_level, min_position=min_position
+        )
+        return result
+
+    async def get_work_item(
+        self, key: str, *, read_level: ReadLevel = "stale", min_position: str | None = None
+    ) -> dict[str, Any]:
+        """``get_work_item{key}``: fields, last 20 comments, last 20 history entries.
+
+        Raises:
+            InvalidField: malformed key; NotFound: unknown item; NobodyAnswered.
+        """
+        result: dict[str, Any] = await self.call(
+            "work.get", {"key": key}, read_level=read_level, min_position=min_position
+        )
+        return result
+
+    async def create_work_item(
+        self,
+        project: str,
+        title: str,
+        *,
+        type: str = "task",
+        body: str | None = None,
+        priority: str = "normal",
+        assignee: str | None = None,
+        parent: str | None = None,
+        author: str = "",
+        author_kind: str = "operator",
+        op_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``create_work_item``; the answer's ``object`` holds the new item with its key.
+
+        Raises:
+            InvalidField, NotFound, TooLarge: bad input; OutcomeUnknown; NobodyAnswered.
+        """
+        args = _drop_none(
+            {
+                "project": project,
+                "title": title,
+                "type": type,
+                "body": body,
+                "priority": priority,
+                "assignee": assignee,
+                "parent": parent,
+                "author": author,
+                "author_kind": author_kind,
+            }
+        )
+        result: dict[str, Any] = await self.call("work.create", args, op_id=op_id)
+        return result
+
+    async def update_work_item(
+        self,
+        key: str,
+        *,
+        if_match: int | None = None,
+        title: str | None = None,
+        body: str | None = None,
+        status: str | None = None,
+        priority: str | None = None,
+        assignee: str | None = None,
+        parent: str | None = None,
+        watch: bool | None = None,
+        due: str | None = None,
+        type: str | None = None,
+        author: str = "",
+        author_kind: str = "operator",
+        op_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``update_work_item``; fields left None are unchanged.
+
+        Raises:
+            VersionConflict: a stale ``if_match`` (carries the current version); InvalidField,
+            NotFound, TooLarge; OutcomeUnknown; NobodyAnswered.
+        """
+        args = _drop_none(
+            {
+                "key": key,
+                "if_match": if_match,
+                "title": title,
+                "body": body,
+                "status": status,
+                "priority": priority,
+                "assignee": assignee,
+                "parent": parent,
+                "watch": watch,
+                "due": due,
+                "type": type,
+                "author": author,
+                "author_kind": author_kind,
+            }
+        )
+        result: dict[str, Any] = await self.call("work.update", args, op_id=op_id)
+        return result
+
+    async def comment_on_work_item(
+        self,
+        key: str,
+        body: str,
+        *,
+        author: str = "",
+        author_kind: str = "operator",
+        op_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``comment_on_work_item{key, body}``.
+
+        Raises:
+            InvalidField, NotFound, TooLarge; OutcomeUnknown; NobodyAnswered.
+        """
+        result: dict[str, Any] = await self.call(
+            "work.comment",
+            {"key": key, "body": body, "author": author, "author_kind": author_kind},
+            op_id=op_id,
+        )
+        return result
+
+    async def get_work_catalogue(self, project: str | None = None) -> dict[str, Any]:
+        """``get_work_catalogue{project?}``: types, statuses, priorities, projects."""
+        result: dict[str, Any] = await self.call("work.catalogue", _drop_none({"project": project}))
+        return result
+
+    async def list_projects(self) -> dict[str, Any]:
+        """Every project with its counts."""
+        result: dict[str, Any] = await self.call("projects.list", {})
+        return result
+
+    # -- knowledge (CO-25) -----------------------------------------------------------------
+
+    async def write_page(
+        self,
+        space: str,
+        title: str,
+        body: str,
+        *,
+        page_id: str | None = None,
+        if_match: int | None = None,
+        author: str = "",
+        author_kind: str = "operator",
+        op_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``write_page``: create or update (by id, else by space + title).
+
+        Raises:
+            InvalidField, NotFound, TooLarge (body over 1 MiB), VersionConflict; OutcomeUnknown (never
+            resent, ES-35); NobodyAnswered.
+        """
+        args = _drop_none(
+            {
+                "space": space,
+                "title": title,
+                "body": body,
+                "page_id": page_id,
+                "if_match": if_match,
+                "author": author,
+                "author_kind": author_kind,
+            }
+        )
+        result: dict[str, Any] = await self.call("pages.write", args, op_id=op_id)
+        return result
+
+    async def get_page(
+        self,
+        *,
+        page_id: str | None = None,
+        space: str | None = None,
+        title: str | None = None,
+        read_level: ReadLevel = "stale",
+        min_position: str | None = None,
+    ) -> dict[str, Any]:
+        """``get_page{page_id | space+title}``.
+
+        Raises:
+            InvalidField, NotFound; NobodyAnswered.
+        """
+        result: dict[str, Any] = await self.call(
+            "pages.get",
+            _drop_none({"page_id": page_id, "space": space, "title": title}),
+            read_level=read_level,
+            min_position=min_position,
+        )
+        return result
+
+    async def list_pages(
+        self,
+        *,
+        space: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        read_level: ReadLevel = "stale",
+        min_position: str | None = None,
+    ) -> dict[str, Any]:
+        """``list_pages{space?, limit}``."""
+        result: dict[str, Any] = await self.call(
+            "pages.list",
+            _drop_none({"space": space, "limit": limit, "offset": offset}),
+            read_level=read_level,
+            min_position=min_position,
+        )
+        return result
+
+    async def search_knowledge(
+        self, query: str, *, space: str | None = None, limit: int = 5, min_position: str | None = None
+    ) -> dict[str, Any]:
+        """``search_knowledge``: never raises to the model for a failure (CO-25, ES-36).
+
+        Returns:
+            ``data`` is ``{"hits", "searched", "failed", "state", "sentence"}``; ``state`` is ``ok``,
+            ``empty``, ``building`` (ES-65) or ``failed`` ("could not be searched").
+
+        Raises:
+            EstateUsageError: the query itself is wrong (empty, unknown space) — a caller's mistake.
+        """
+        try:
+            result: dict[str, Any] = await self.call(
+                "pages.search",
+                _drop_none({"query": query, "space": space, "limit": limit}),
+                min_position=min_position,
+            )
+            return result
+        except NobodyAnswered as e:
+            return failed_search(str(e))
+        except (RouterError, EstateError) as e:
+            if getattr(e, "retryable", False) or isinstance(e, RouterError):
+                return failed_search(str(e))
+            raise
+
+    async def list_spaces(self) -> dict[str, Any]:
+        """Every knowledge space."""
+        result: dict[str, Any] = await self.call("spaces.list", {})
+        return result
+
+    # -- file rows (CO-26, ES-74) ----------------------------------------------------------------
+
+    async def list_files(
+        self, project: str, *, prefix: str | None = None, min_position: str | None = None
+    ) -> dict[str, Any]:
+        """``list_files{project, prefix?}``: the current row of every file."""
+        result: dict[str, Any] = await self.call(
+            "files.list", _drop_none({"project": project, "prefix": prefix}), min_position=min_position
+        )
+        return result
+
+    async def get_file_row(
+        self, project: str, path: str, *, version: int | None = None, min_position: str | None = None
+    ) -> dict[str, Any]:
+        """One file row (current, or ``version``).
+
+        Raises:
+            InvalidField (``path``), NotFound; NobodyAnswered.
+        """
+        result: dict[str, Any] = await self.call(
+            "files.get",
+            _drop_none({"project": project, "path": path, "version": version}),
+            min_position=min_position,
+        )
+        return result
+
+    async def put_file_row(
+        self,
+        project: str,
+        path: str,
+        *,
+        size: int,
+        sha256: str,
+        object_key: str,
+        content_type: str = "application/octet-stream",
+        if_match: int | None = None,
+        author: str = "",
+        author_kind: str = "operator",
+        op_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Write a file row naming an object already stored (ES-74: object first, row second).
+
+        Raises:
+            InvalidField, NotFound, VersionConflict; OutcomeUnknown; NobodyAnswered.
+        """
+        args = _drop_none(
+            {
+                "project": project,
+                "path": path,
+                "size": size,
+                "sha256": sha256,
+                "object_key": object_key,
+                "content_type": content_type,
+                "if_match": if_match,
+                "author": author,
+                "author_kind": author_kind,
+            }
+        )
+        result: dict[str, Any] = await self.call("files.put", args, op_id=op_id)
+        return result
+
+    # -- admin ----------------------------------------------------------------------------------
+
+    async def estate_status(self, node: str) -> dict[str, Any]:
+        """Ask one data node how far its copy is."""
+        result: dict[str, Any] = await self.call("estate.status", {}, node=node)
+        return result
+
+    async def estate_digest(self, node: str) -> dict[str, Any]:
+        """Ask one data node for a digest of its copy's rows (ES-1 checks compare them)."""
+        result: dict[str, Any] = await self.call("estate.digest", {}, node=node)
+        return result
