@@ -160,7 +160,7 @@ def decide_page(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Decis
                 f"page {existing.title!r} is at version {existing.version}, not {if_match}", existing.version
             )
         if existing.title == title and existing.body == body:
-            return Decision("page", existing.id, noop={"id": existing.id})
+            return Decision("page", existing.id)
         subject = object_subject("pages", "page", existing.id)
         rec = ctx.record(
             kind="page_write",

@@ -1,0 +1,189 @@
+"""``crewlet knowledge import DIR --space KEY``: publish a folder of Markdown pages (CO-25).
+
+Every ``*.md`` under ``DIR`` (recursively, in path order) becomes one page posted through a running
+node's API (``POST /knowledge/pages``, the ``write_page`` semantics: matched by space + title, so a
+re-import of unchanged pages changes nothing and keeps every version).
+
+- **space**: ``--space`` when given; else the file's front matter ``space``; else its parent
+  directory's name.
+- **title**: front matter ``title``; else the first ``# `` heading; else the file name without
+  ``.md``. When two files of one import would share a space and title, each of them is titled
+  ``<title> (<path without .md>)`` [our choice: the upstream knowledge folders hold several pages
+  all titled "Onboarding", and a title is unique per space].
+- **body**: the Markdown after the front matter.
+
+Every file is checked before anything is posted: a file that is not UTF-8, has malformed front
+matter, or a body over 1 MiB is reported as ``FILE: message`` and nothing is written (exit 2); an
+unknown space is refused the same way. Exit 0 when every page landed, 1 when a post failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+import yaml
+
+__all__ = ["PageFile", "app", "read_pages"]
+
+app = typer.Typer(no_args_is_help=True, help="The native knowledge base (CO-25).")
+
+PAGE_LIMIT = 1024 * 1024
+"""Largest page body in bytes (the estate's limit)."""
+_FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
+_HEADING = re.compile(r"^#[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+
+
+@dataclass
+class PageFile:
+    """One Markdown file, ready to post.
+
+    Attributes:
+        path: The file.
+        rel: Its path under the import directory.
+        space: The space it goes to.
+        title: The page title.
+        body: The Markdown body (front matter removed).
+    """
+
+    path: Path
+    rel: str
+    space: str
+    title: str
+    body: str
+
+
+def read_pages(root: Path, *, space: str | None = None) -> tuple[list[PageFile], list[str]]:
+    """Read every Markdown file under ``root``.
+
+    Args:
+        root: The directory.
+        space: The space for every page, or None to take it from front matter / the parent directory.
+
+    Returns:
+        ``(pages, errors)``; each error is ``"FILE: message"``. Pages are only usable when errors is empty.
+    """
+    pages: list[PageFile] = []
+    errors: list[str] = []
+    files = sorted(p for p in root.rglob("*.md") if p.is_file())
+    if not files:
+        errors.append(f"{root}: no Markdown (*.md) files found")
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        raw = f.read_bytes()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            errors.append(f"{f}: not UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start}); save it as UTF-8")
+            continue
+        text = text.removeprefix("\ufeff")
+        front: dict[str, Any] = {}
+        body = text
+        m = _FRONT.match(text)
+        if m:
+            try:
+                loaded = yaml.safe_load(m.group(1))
+            except yaml.YAMLError as e:
+                errors.append(f"{f}: front matter is not YAML ({str(e).splitlines()[0]})")
+                continue
+            front = loaded if isinstance(loaded, dict) else {}
+            body = text[m.end() :]
+        size = len(body.encode())
+        if size > PAGE_LIMIT:
+            errors.append(f"{f}: body is {size} bytes; the limit is {PAGE_LIMIT} bytes")
+            continue
+        heading = _HEADING.search(body)
+        title = str(front.get("title") or (heading.group(1) if heading else "") or f.stem).strip()
+        key = space or str(front.get("space") or f.parent.name)
+        pages.append(PageFile(f, rel, key, " ".join(title.split()), body))
+    seen: dict[tuple[str, str], int] = {}
+    for p in pages:
+        k = (p.space, p.title.casefold())
+        seen[k] = seen.get(k, 0) + 1
+    for p in pages:
+        if seen[(p.space, p.title.casefold())] > 1:
+            p.title = f"{p.title} ({p.rel.removesuffix('.md')})"
+    return pages, errors
+
+
+@app.callback()
+def _group() -> None:
+    """The native knowledge base (CO-25)."""
+
+
+def _fail(lines: list[str], code: int = 2) -> None:
+    for line in lines:
+        typer.echo(line, err=True)
+    raise typer.Exit(code)
+
+
+@app.command("import")
+def import_cmd(
+    directory: Annotated[
+        Path, typer.Argument(help="A folder of Markdown files", exists=True, file_okay=False)
+    ],
+    space: Annotated[
+        str | None, typer.Option("--space", help="The space every page goes to (e.g. ENG)")
+    ] = None,
+    url: Annotated[
+        str, typer.Option("--url", envvar="CREWLET_URL", help="A node's base URL")
+    ] = "http://127.0.0.1:8080",
+    token: Annotated[str, typer.Option("--token", envvar="CREWLET_API_TOKEN", help="API token")] = "",
+) -> None:
+    """Publish every Markdown file under DIRECTORY as a knowledge page (idempotent by space + title)."""
+    pages, errors = read_pages(directory, space=space)
+    if errors:
+        _fail(errors + ["nothing was imported"])
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60.0) as client:
+        try:
+            r = client.get("/knowledge/spaces")
+        except httpx.HTTPError as e:
+            _fail([f"cannot reach {url}: {e}"], 1)
+        if r.status_code in (401, 403):
+            _fail([f"{url} refused the token ({r.status_code}); set CREWLET_API_TOKEN or --token"])
+        if r.status_code != 200:
+            _fail([f"{url} answered {r.status_code}: {r.text}"], 1)
+        known = {s["key"] for s in r.json()["spaces"]}
+        unknown = sorted({p.space for p in pages} - known)
+        if unknown:
+            _fail(
+                [
+                    f"space {s!r} does not exist (spaces: {', '.join(sorted(known)) or 'none'}); "
+                    f"give --space KEY"
+                    for s in unknown
+                ]
+                + ["nothing was imported"]
+            )
+        before: dict[tuple[str, str], int] = {}
+        for s in sorted({p.space for p in pages}):
+            listed = client.get("/knowledge/pages", params={"space": s, "limit": 500}).json()
+            before.update({(s, pg["title"]): pg["version"] for pg in listed.get("pages", [])})
+        failed = 0
+        counts = {"created": 0, "updated": 0, "unchanged": 0}
+        for p in pages:
+            r = client.post("/knowledge/pages", json={"space": p.space, "title": p.title, "body": p.body})
+            if r.status_code != 200:
+                failed += 1
+                typer.echo(f"{p.path}: {r.status_code} {r.text}", err=True)
+                continue
+            page = r.json().get("page") or {}
+            old = before.get((p.space, p.title))
+            state = "created" if old is None else ("unchanged" if page.get("version") == old else "updated")
+            counts[state] += 1
+            digest = hashlib.sha256(p.body.encode()).hexdigest()[:8]
+            typer.echo(f"{state:9} {p.space}/{p.title} v{page.get('version')} ({p.rel}, {digest})")
+    typer.echo(
+        f"{len(pages) - failed} page(s): {counts['created']} created, {counts['updated']} updated, "
+        f"{counts['unchanged']} unchanged" + (f"; {failed} failed" if failed else "")
+    )
+    raise typer.Exit(1 if failed else 0)
+
+
+if __name__ == "__main__":  # ``python -m crewlet.knowledge_cli import DIR`` until the root CLI mounts it
+    app()
