@@ -190,7 +190,8 @@ class EstateRouter(EstateCalls):
             op_id: A write's operation id; minted here when None so every node asked sees the same id.
             read_level: The consistency level of a read (ES-25).
             min_position: A position token the answer must include (ES-27).
-            timeout: The caller's deadline in seconds from now; caps every per-node wait.
+            timeout: The caller's deadline in seconds from now; caps every per-node wait. None: three
+                per-node waits (30 s for a read, 180 s for a write).
             node: Ask only this node (admin calls: status, digest).
 
         Returns:
@@ -210,11 +211,9 @@ class EstateRouter(EstateCalls):
             op_id = mint_op_id(op.replace(".", "-"))
         stream = STREAMS.get(domain or "", "")
         floors = {stream: self.floors[stream]} if stream in self.floors else {}
-        budget = (
-            timeout if timeout is not None else (self._write_wait if kind == "write" else 3 * self._read_wait)
-        )
-        deadline = time.time() + budget
         per_node = self._write_wait if kind == "write" else self._read_wait
+        # [our choice] with no deadline from the caller, three nodes' worth of waiting
+        deadline = time.time() + (timeout if timeout is not None else 3 * per_node)
         targets = [node] if node else await self.order(domain)
         replies: list[NodeReply] = []
         local = self._local()
