@@ -173,7 +173,8 @@ def _start(cfg: NodeConfig, company_path: str | None, warnings: list[Issue]) -> 
     from .node import run_node
 
     del org
-    code = asyncio.run(run_node(cfg, company))
+    company_dir = str(Path(company_path).resolve().parent) if company_path else "."
+    code = asyncio.run(run_node(cfg, company, company_dir=company_dir))
     raise typer.Exit(code)
 
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import importlib
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from datetime import timedelta
@@ -36,7 +37,8 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from shared import broker, coordination, leases, logs, objects
+from shared import broker, coordination, leases, logs, objects, records, telemetry
+from shared.bus import Bus
 from shared.config import ALL_ROLES, NodeConfig
 from shared.errors import CrewletError
 from shared.runtime import (
@@ -80,6 +82,10 @@ def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
     for role in roles:
         if role.router is not None:
             app.include_router(role.router)
+    if "ingress" in ctx.cfg.roles:
+        app.mount(
+            "/metrics", telemetry.metrics_app()
+        )  # Prometheus text; probes only on nodes without ingress
     app.state.ctx = ctx
     return app
 
@@ -94,6 +100,30 @@ async def _open_coordination(ctx: NodeContext) -> coordination.Coordination:
     return await coordination.provision(
         ctx.link.js, prefix=cfg.coordination.bucket_prefix, replicas=cfg.stream.replicas, lease_ttl=ttl
     )
+
+
+async def _open_bus(ctx: NodeContext) -> Bus:
+    """Provision the bus streams and create every agent seat's mailbox, on every node (FL-76, FL-78).
+
+    Mailboxes exist before anything publishes or claims, whatever this node's roles. Acks are
+    fenced by the seat host once the seats role has one (``ctx.extras["seat_fence"]``); a node
+    that holds no seat acks nothing.
+    """
+    assert ctx.link is not None
+    holder: dict[str, Any] = {"fence": None}
+    ctx.extras["seat_fence"] = holder
+
+    def fence(handle: str, epoch: int) -> bool:
+        f = holder["fence"]
+        return bool(f(handle, epoch)) if f is not None else False
+
+    bus = Bus(ctx.link.nc, ctx.link.js, fence=fence)
+    await bus.provision(replicas=ctx.cfg.stream.replicas)
+    if ctx.org is not None:
+        elapsed = await bus.ensure_mailboxes([s.handle for s in ctx.org.seats])
+        _log.info("mailboxes_ready", seats=len(ctx.org.seats), elapsed_ms=int(elapsed * 1000))
+    ctx.extras["bus"] = bus
+    return bus
 
 
 def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
@@ -131,17 +161,28 @@ def apply_company(ctx: NodeContext, company: Any) -> None:
     ctx.extras["applied_epoch"] = int(ctx.extras.get("applied_epoch", 0)) + 1
 
 
-async def run_node(cfg: NodeConfig, company: Any = None) -> int:
+async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = ".") -> int:
     """Run one node until it is drained; return the process exit code.
 
     Args:
         cfg: The validated node file.
         company: The company document to apply at boot (a seed, CO-4), or None to run unconfigured.
+        company_dir: The company file's directory (offline-provider scripts are relative to it).
 
     Returns:
         The exit code (see the module docstring).
     """
+    if cfg.store.scratch and cfg.store_dir.exists():  # FL-17: a node without data keeps nothing
+        shutil.rmtree(cfg.store_dir)
     ctx = NodeContext(cfg)
+    ctx.extras["company_dir"] = company_dir
+    tel = telemetry.setup_tracing(
+        service_name=telemetry.service_name_for(cfg.roles),
+        node_id=cfg.node_id,
+        company=getattr(company, "name", "") if company is not None else "",
+        otlp_endpoint=cfg.telemetry.otlp_endpoint,
+    )
+    ctx.extras["telemetry_shutdown"] = tel.shutdown  # flushed after the drain (FL-6)
     if company is not None:
         try:
             apply_company(ctx, company)
@@ -201,7 +242,9 @@ async def run_node(cfg: NodeConfig, company: Any = None) -> int:
             ctx.link = await broker.open_broker(cfg)
             ctx.coord = await _open_coordination(ctx)
             ctx.objects = await objects.open_object_store(cfg, ctx.link)  # ES-70, ES-72, ES-73
-            await objects.claim_objects_slot(ctx.coord, ctx.objects)  # ES-71/FL-5: refuse another store by name
+            await objects.claim_objects_slot(
+                ctx.coord, ctx.objects
+            )  # ES-71/FL-5: refuse another store by name
             presence = leases.Presence(
                 ctx.coord,
                 node_id=ctx.node_id,
@@ -211,6 +254,8 @@ async def run_node(cfg: NodeConfig, company: Any = None) -> int:
                 meta=lambda: _presence_meta(ctx),
             )
             await presence.start()
+            ctx.extras["turns"] = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
+            await _open_bus(ctx)
             for role in roles:
                 if stop.is_set():
                     break
@@ -266,6 +311,9 @@ async def run_node(cfg: NodeConfig, company: Any = None) -> int:
             flush()
     if ctx.coord is not None:
         await ctx.coord.close()
+    turns = ctx.extras.get("turns")
+    if isinstance(turns, records.TurnStore):
+        turns.close()
     if ctx.objects is not None:  # before the link: the nats store rides it
         await ctx.objects.close()
     if ctx.link is not None:

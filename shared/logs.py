@@ -40,10 +40,13 @@ def configure(*, level: str = "info", fmt: str = "json", node: str | None = None
     renderer: Any = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
+    from shared.telemetry import add_trace_context  # lines inside a span carry its ids (FL-6)
+
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        add_trace_context,
         structlog.processors.format_exc_info,
         renderer,
     ]
@@ -67,4 +70,5 @@ def get(component: str) -> Any:
     Returns:
         A structlog bound logger; call ``.info(event_name, **fields)``.
     """
-    return structlog.get_logger().bind(component=component)
+    # lazy: the logger is built at first use, so a later configure() (level, format) applies to it
+    return structlog.get_logger(component=component)

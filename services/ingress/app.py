@@ -1,20 +1,40 @@
-"""The ``ingress`` role: the HTTP API — webhooks, REST, the fleet view (FL-15)."""
+"""The ``ingress`` role: the HTTP API — webhooks, messages, REST reads, the fleet view (FL-15, CO-27).
+
+Triggers are published into seat inboxes through the bus the node runner opened
+(``ctx.extras["bus"]``), with the receiving span's trace context in the headers (CO-21).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
-from shared.runtime import NodeContext, RoleService
+from shared import telemetry
+from shared.bus import Bus, Envelope
+from shared.runtime import NodeContext, RoleService, api_error
 
-from .api.routes import events, files, fleet, knowledge, work
+from .api.routes import events, files, fleet, knowledge, messages, turns, webhooks, work
+from .triggers import TriggerPublisher
 
 __all__ = ["service"]
 
 
 def service(ctx: NodeContext) -> RoleService:
     """Build the ingress role for ``ctx``: its router and lifespan work."""
+
+    async def publish(handle: str, envelope: dict[str, Any], msg_id: str, headers: dict[str, str]) -> None:
+        bus = ctx.extras.get("bus")
+        if not isinstance(bus, Bus):
+            raise api_error(503, "not_ready", "the node's bus is not open yet", headers={"Retry-After": "5"})
+        await bus.publish_to_seat(handle, Envelope.model_validate(envelope), msg_id=msg_id, headers=headers)
+
+    publisher = TriggerPublisher(publish, telemetry.inject)
     api = APIRouter()
     api.include_router(fleet.router(ctx))
+    api.include_router(webhooks.router(ctx, publisher))
+    api.include_router(messages.router(ctx, publisher))
+    api.include_router(turns.router(ctx))
     api.include_router(work.router(ctx))
     api.include_router(knowledge.router(ctx))
     api.include_router(files.router(ctx))

@@ -1,12 +1,101 @@
-"""The ``seats`` role (FL-15)."""
+"""The ``seats`` role: claims seat leases, attaches their mailboxes, runs turns (FL-15, CO-7, CO-11).
+
+Start (after ``data`` on the same node, so the estate answers): build the providers and the turn
+engine from the applied company, create the seat host (leases with epoch fencing, FL-48..FL-55)
+with the dispatcher's hooks, assign every agent seat, start renewing and sweeping. Drain: the seat
+host releases every seat voluntarily — each running turn finishes first, its mailbox NAKs what it
+fetched and did not finish, then detaches (FL-65, FL-129). Stop: the providers' clients close.
+
+The node runner has already created every seat's mailbox (FL-78) and put the bus in
+``ctx.extras["bus"]`` and the turn records in ``ctx.extras["turns"]``.
+"""
 
 from __future__ import annotations
 
-from shared.runtime import NodeContext, RoleService
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from shared import logs, providers, telemetry
+from shared.bus import Bus
+from shared.leases import SeatHost
+from shared.records import TurnStore
+from shared.runtime import PROTOCOL_VERSION, NodeContext, RoleService
+from shared.turns import TurnEngine
+
+from .dispatcher import Dispatcher
 
 __all__ = ["service"]
+
+_log = logs.get("seat.host")
+
+
+def _secret_values(company: Any) -> list[str]:
+    """Resolved credential values to redact from recorded prompts (api keys, webhook secrets)."""
+    out: list[str] = []
+    for entry in company.providers.llm.values():
+        out += [k for k in entry.api_keys if k]
+    out += [w.secret for w in company.integrations.webhooks if w.secret]
+    return out
 
 
 def service(ctx: NodeContext) -> RoleService:
     """Build the seats role for ``ctx``."""
-    return RoleService(name="seats")
+    state: dict[str, Any] = {}
+
+    def engine() -> TurnEngine:
+        eng: TurnEngine = state["engine"]
+        return eng
+
+    async def start(ctx: NodeContext) -> None:
+        if ctx.org is None or ctx.resolved is None or ctx.coord is None:
+            _log.warning("seats_idle", reason="no active company")
+            return
+        bus: Bus = ctx.extras["bus"]
+        turns: TurnStore = ctx.extras["turns"]
+        base_dir = Path(ctx.extras.get("company_dir", "."))
+        provs = providers.build_providers(ctx.resolved, base_dir=base_dir)
+        state["providers"] = provs
+        state["engine"] = TurnEngine(
+            ctx.org,
+            provs,
+            recorder=turns,
+            metrics=telemetry.default_metrics(),
+            epoch=int(ctx.extras.get("applied_epoch", 0)),
+            capture_content=ctx.cfg.telemetry.capture_content,
+            secrets=_secret_values(ctx.resolved),
+        )
+        dispatcher = Dispatcher(ctx, bus, engine, turns)
+        host = SeatHost(
+            ctx.coord,
+            node_id=ctx.node_id,
+            owner=ctx.owner,
+            protocol=PROTOCOL_VERSION,
+            ttl=timedelta(seconds=ctx.cfg.coordination.lease_ttl_seconds),
+            on_acquire=dispatcher.on_acquire,
+            on_release=dispatcher.on_release,
+            on_quiesce=dispatcher.on_quiesce,
+            on_resume=dispatcher.on_resume,
+        )
+        dispatcher.host = host
+        bus_fence = ctx.extras.get("seat_fence")
+        if isinstance(bus_fence, dict):
+            bus_fence["fence"] = host.holds  # the bus asks the seat host before every ack (FL-74)
+        state["host"] = host
+        state["dispatcher"] = dispatcher
+        ctx.extras["seats_health"] = host.health
+        ctx.extras["seat_host"] = host
+        host.assign([s.handle for s in ctx.org.seats])
+        host.start()
+
+    async def drain(ctx: NodeContext) -> None:
+        host: SeatHost | None = state.get("host")
+        if host is not None:
+            await host.stop(reason="drain")
+
+    async def stop(ctx: NodeContext) -> None:
+        provs = state.get("providers")
+        if provs is not None:
+            await provs.aclose()
+
+    return RoleService(name="seats", start=start, drain=drain, stop=stop)

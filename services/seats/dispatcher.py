@@ -1,0 +1,249 @@
+"""The seat dispatcher: one consume loop per held seat, CO-11's screening, and the turn (CO-7, CO-11).
+
+A seat's mailbox is attached when its lease is acquired (the seat host's ``on_acquire``) and
+detached on release. Each held seat runs one loop that fetches one delivery at a time (no
+prefetch, serial per seat) and hands it to :meth:`Dispatcher.handle`, which passes, in order:
+
+1. an undecodable body → ``notification_skipped{reason: undecodable}``, acked;
+2. the completion ledger: every constituent already done → ``turn_trigger_skipped``, acked;
+3. a seat removed by an apply or a human seat → ``notification_skipped``, acked;
+4. ``delegation_depth`` at the limit → the turn is recorded refused (``depth_cap``), acked;
+5. admission ``may_start`` (FL-72) → no: :class:`~shared.bus.Deferred` (NAK at once, pause);
+6. a draining node → Deferred, so the delivery goes promptly to the successor (FL-129);
+7. one ``node.max_concurrent`` slot (FL-14), then the turn, fenced before every round and every
+   write-capable tool call (FL-74), with ``in_progress`` keepalives for a long turn (FL-83);
+8. the ledger rows are written after the turn's side effects, then the delivery is acked — or, when
+   the turn asks for redelivery (fenced, provider unavailable before any effect), NAKed.
+
+A voluntary release (drain, placement) lets the running turn finish before the mailbox detaches,
+so the successor gets exactly what this node never acked (FL-65); a lost lease detaches at once:
+the running turn is stopped by its fence and its ack is refused (FL-66).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shared import logs, telemetry
+from shared.bus import Bus, BusUnavailable, Deferred, Delivery, Envelope, Mailbox, MailboxDetached
+from shared.coordination import CoordinationUnavailable
+from shared.leases import Ledger, SeatHost
+from shared.records import TurnStore
+from shared.router import open_router
+from shared.runtime import NodeContext
+from shared.turns import Trigger, TurnEngine
+
+from .workspace import RouterWorkspace
+
+__all__ = ["Dispatcher", "TurnRedelivery"]
+
+_log = logs.get("seat.dispatcher")
+
+
+class TurnRedelivery(Exception):  # noqa: N818 - a verdict, not a defect: NAK with backoff
+    """The turn asked for its delivery to be redelivered (fenced, or no provider before any effect)."""
+
+
+class Dispatcher:
+    """Runs the held seats' mailboxes on this node.
+
+    Args:
+        ctx: The node context (org, coordination, object store, ``max_concurrent``).
+        bus: The node's bus.
+        engine: Returns the current turn engine (rebuilt per apply).
+        turns: The node's turn records.
+    """
+
+    def __init__(
+        self, ctx: NodeContext, bus: Bus, engine: Callable[[], TurnEngine], turns: TurnStore
+    ) -> None:
+        self.ctx = ctx
+        self.bus = bus
+        self.engine = engine
+        self.turns = turns
+        self.host: SeatHost | None = None
+        self.slots = asyncio.Semaphore(ctx.cfg.node.max_concurrent)
+        self.boxes: dict[str, Mailbox] = {}
+        self.loops: dict[str, asyncio.Task[None]] = {}
+        self._stopping: set[str] = set()
+        assert ctx.coord is not None
+        self.ledger = Ledger(ctx.coord)
+
+    # -- seat host hooks -----------------------------------------------------------------------
+
+    async def on_acquire(self, handle: str, epoch: int) -> None:
+        """Attach the seat's mailbox and start its loop (the last step of a claim, FL-79)."""
+        box = await self.bus.attach(handle, epoch)
+        self.boxes[handle] = box
+        self._stopping.discard(handle)
+        self.ctx.seats_held[handle] = epoch
+        self.loops[handle] = asyncio.create_task(self._loop(handle, box), name=f"seat-{handle}")
+
+    async def on_release(self, handle: str, reason: str) -> None:
+        """Stop fetching; on a voluntary release let the running turn finish; then detach (FL-65, FL-66)."""
+        self._stopping.add(handle)
+        self.ctx.seats_held.pop(handle, None)
+        task = self.loops.pop(handle, None)
+        box = self.boxes.pop(handle, None)
+        if task is not None:
+            if reason == "lease_lost":
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if box is not None:
+            with contextlib.suppress(Exception):
+                await box.detach()
+
+    async def on_quiesce(self, handle: str) -> None:
+        """The renew is not fresh: stop fetching until it is (FL-53)."""
+        box = self.boxes.get(handle)
+        if box is not None:
+            box.pause()
+
+    async def on_resume(self, handle: str, epoch: int) -> None:
+        """A good renew after a quiesce or a deferral: fetch again."""
+        box = self.boxes.get(handle)
+        if box is not None:
+            box.resume()
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def _loop(self, handle: str, box: Mailbox) -> None:
+        while handle not in self._stopping and not box.detached:
+            try:
+                outcome = await box.process(lambda d: self.handle(handle, box, d), timeout=1.0)
+            except MailboxDetached:
+                return
+            except BusUnavailable as e:
+                _log.warning("inbox_fetch_failed", seat=handle, error=str(e))
+                await asyncio.sleep(1.0)
+                continue
+            if outcome == "deferred" and self.host is not None:
+                self.host.record_deferral(handle)
+            if outcome == "fenced":
+                return
+            if box.paused:
+                await asyncio.sleep(0.2)
+
+    # -- one delivery --------------------------------------------------------------------------
+
+    async def _set_message(self, payload: Mapping[str, Any], **fields: Any) -> None:
+        message_id = payload.get("message_id") if isinstance(payload, dict) else None
+        if not message_id or self.ctx.coord is None:
+            return
+        try:
+            entry = await self.ctx.coord.get("messages", str(message_id))
+            record = json.loads(entry.value) if entry is not None else {"message_id": message_id}
+            record.update(fields)
+            await self.ctx.coord.put("messages", str(message_id), json.dumps(record).encode())
+        except CoordinationUnavailable as e:
+            _log.warning("message_status_unknown", message_id=message_id, error=str(e))
+
+    async def handle(self, handle: str, box: Mailbox, d: Delivery) -> None:
+        """Screen one delivery and run its turn (CO-11). Return = ack; raise = NAK (see module doc)."""
+        ctx = self.ctx
+        env = d.envelope
+        if env is None:
+            _log.warning("notification_skipped", seat=handle, reason="undecodable", stream_seq=d.stream_seq)
+            return
+        envelope = env.to_dict()
+        org = ctx.org
+        seat = org.seat(handle) if org is not None else None
+        if seat is None:
+            _log.info("notification_skipped", seat=handle, reason="seat_removed", event_id=env.id)
+            return
+        if seat.kind == "human":
+            _log.info("notification_skipped", seat=handle, reason="human_seat", event_id=env.id)
+            return
+        trigger = Trigger.from_envelope(envelope, headers=d.headers)
+        ids = list(trigger.constituent_ids) or [trigger.event_id]
+        done = await self.ledger.worked(handle, ids)
+        if ids and set(ids) <= done:
+            _log.info("turn_trigger_skipped", seat=handle, event_id=trigger.event_id, reason="already_worked")
+            return
+        engine = self.engine()
+        turn_id = str(uuid.uuid4())
+        workspace = self._workspace(handle, box.epoch, turn_id)
+        limit = org.company.turn_engine.delegation_depth_limit
+        if trigger.delegation_depth >= limit:
+            await engine.refuse(
+                handle,
+                trigger,
+                kind="depth_cap",
+                workspace=workspace,
+                turn_id=turn_id,
+                error=f"delegation_depth {trigger.delegation_depth} >= limit {limit}",
+            )
+            return
+        host = self.host
+        epoch = host.may_start(handle) if host is not None else box.epoch
+        if epoch is None or epoch != box.epoch:
+            raise Deferred()
+        if ctx.draining:
+            raise Deferred()
+        async with self.slots:
+            if ctx.draining or handle in self._stopping:
+                raise Deferred()
+            ctx.in_flight += 1
+            await self._set_message(trigger.payload, status="running", turn_id=turn_id, node=ctx.node_id)
+
+            async def fence() -> bool:
+                return host.may_continue(handle, epoch) if host is not None else True
+
+            try:
+                async with box.keepalive(d):
+                    result = await engine.run(
+                        handle, trigger, workspace=workspace, fence=fence, turn_id=turn_id
+                    )
+            finally:
+                ctx.in_flight -= 1
+        if result.redeliver:
+            await self._set_message(trigger.payload, status="queued", error=result.error)
+            raise TurnRedelivery(f"turn {turn_id} {result.outcome}: {result.error_kind or ''}")
+        for event_id in ids:
+            await self.ledger.record(handle, event_id, {"turn_id": turn_id, "outcome": result.outcome})
+        reply = result.final_text or (result.submission.summary if result.submission is not None else "")
+        if result.failed:
+            await self._set_message(
+                trigger.payload, status="failed", error=result.error or result.error_kind, turn_id=turn_id
+            )
+        else:
+            await self._set_message(trigger.payload, status="answered", reply=reply, turn_id=turn_id)
+
+    def _workspace(self, handle: str, epoch: int, turn_id: str) -> RouterWorkspace:
+        org = self.ctx.org
+        agents = {s.handle for s in org.seats} if org is not None else set()
+
+        async def wake(assignee: str, key: str, writer: str) -> None:
+            headers: dict[str, str] = {}
+            telemetry.inject(headers)  # the execute_tool span is current: the woken turn joins this trace
+            env = Envelope.new(
+                "external_notification",
+                source="work",
+                payload={
+                    "source": "work",
+                    "reason": "assigned",
+                    "work_item": {"key": key},
+                    "text": "",
+                    "sender": writer,
+                },
+                parent_turn_id=turn_id,
+                work_item=key,
+                delegation_depth=0,
+            )
+            try:
+                await self.bus.publish_to_seat(
+                    assignee, env, msg_id=f"wake:{key}:{assignee}:{turn_id}", headers=headers
+                )
+                _log.info("tracker_wake_published", seat=assignee, work_item=key, writer=writer)
+            except BusUnavailable as e:
+                _log.warning("tracker_wake_failed", seat=assignee, work_item=key, error=str(e))
+
+        return RouterWorkspace(
+            open_router(self.ctx), self.ctx.objects, seat=handle, epoch=epoch, agent_seats=agents, wake=wake
+        )

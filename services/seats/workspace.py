@@ -1,0 +1,251 @@
+"""The seat's workspace over the estate router and the object store (CO-23..CO-26).
+
+Every write is authored by the seat (``author: seat:<handle>``, ``author_kind: agent``) and carries
+the seat's lease epoch, so a data node can refuse a write made under an epoch the seat no longer
+holds (FL-74). Estate errors become the workspace errors the model sees as tool errors; "nobody
+answered" and an unknown outcome become :class:`WorkspaceUnavailable`.
+
+Tracker wakes (CO-10) are published here, by the writer, once the write has landed: an assignee
+set to an agent seat other than the writer gets ``external_notification{source: work, reason:
+assigned, work_item}`` with the writing turn as ``parent_turn_id`` and the trace context of the
+tool call (the current span), at delegation depth 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shared import estate, objects
+from shared.router import EstateRouter, NobodyAnswered, RouterError
+from shared.tools import (
+    WorkspaceConflict,
+    WorkspaceError,
+    WorkspaceNotFound,
+    WorkspaceRefused,
+    WorkspaceUnavailable,
+)
+
+__all__ = ["RouterWorkspace", "Wake"]
+
+Wake = Callable[[str, str, str], Awaitable[None]]
+"""``wake(assignee, work_item_key, writer)``: publish a tracker wake to ``assignee``'s inbox."""
+
+
+def _translate(e: Exception) -> WorkspaceError:
+    if isinstance(e, estate.NotFound):
+        return WorkspaceNotFound(str(e), getattr(e, "what", None))
+    if isinstance(e, estate.VersionConflict):
+        return WorkspaceConflict(str(e), current_version=e.current_version)
+    if isinstance(e, estate.InvalidField):
+        return WorkspaceRefused(str(e), e.field)
+    if isinstance(e, estate.TooLarge):
+        return WorkspaceRefused(str(e), getattr(e, "field", None))
+    if isinstance(e, estate.EstateUsageError):
+        return WorkspaceRefused(str(e))
+    if isinstance(e, NobodyAnswered | RouterError | estate.EstateError | objects.ObjectsError):
+        return WorkspaceUnavailable(str(e))
+    raise e
+
+
+def _object(res: dict[str, Any]) -> dict[str, Any]:
+    obj = res.get("object")
+    return dict(obj) if isinstance(obj, dict) else dict(res)
+
+
+def _data(res: dict[str, Any]) -> Any:
+    return res.get("data", res)
+
+
+class RouterWorkspace:
+    """A :class:`shared.tools.Workspace` for one seat's turn.
+
+    Args:
+        router: The node's estate router.
+        store: The company's object store (file bytes).
+        seat: The seat handle writes are authored by.
+        epoch: The seat's lease epoch, sent with every write (FL-74).
+        agent_seats: Handles of the company's agent seats (who a wake may go to).
+        wake: Publishes a tracker wake; None disables wakes.
+    """
+
+    def __init__(
+        self,
+        router: EstateRouter,
+        store: objects.ObjectStore | None,
+        *,
+        seat: str,
+        epoch: int,
+        agent_seats: set[str],
+        wake: Wake | None,
+    ) -> None:
+        self._r = router
+        self._store = store
+        self._seat = seat
+        self._epoch = epoch
+        self._agents = agent_seats
+        self._wake = wake
+        self.author = f"seat:{seat}"
+
+    async def _woken(self, item: dict[str, Any], before: str | None) -> None:
+        assignee = item.get("assignee")
+        key = item.get("key")
+        if (
+            self._wake is not None
+            and isinstance(assignee, str)
+            and isinstance(key, str)
+            and assignee != before
+            and assignee != self._seat
+            and assignee in self._agents
+        ):
+            await self._wake(assignee, key, self._seat)
+
+    async def create_work_item(
+        self, project: str, type: str, title: str, body: str, assignee: str | None
+    ) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace`."""
+        try:
+            res = await self._r.create_work_item(
+                project,
+                title,
+                type=type,
+                body=body,
+                assignee=assignee,
+                author=self.author,
+                author_kind="agent",
+            )
+        except Exception as e:  # noqa: BLE001 - translated for the model
+            raise _translate(e) from None
+        item = _object(res)
+        await self._woken(item, None)
+        return item
+
+    async def update_work_item(
+        self,
+        key: str,
+        *,
+        status: str | None = None,
+        assignee: str | None = None,
+        title: str | None = None,
+        body: str | None = None,
+        if_match: int | None = None,
+    ) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace`."""
+        before: str | None = None
+        try:
+            if assignee is not None:
+                current = _data(await self._r.get_work_item(key, read_level="linearizable"))
+                before = current.get("assignee") if isinstance(current, dict) else None
+            res = await self._r.update_work_item(
+                key,
+                status=status,
+                assignee=assignee,
+                title=title,
+                body=body,
+                if_match=if_match,
+                author=self.author,
+                author_kind="agent",
+            )
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+        item = _object(res)
+        if assignee is not None:
+            await self._woken(item, before)
+        return item
+
+    async def comment_on_work_item(self, key: str, body: str) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace`."""
+        try:
+            return _object(
+                await self._r.comment_on_work_item(key, body, author=self.author, author_kind="agent")
+            )
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+
+    async def get_work_item(self, key: str) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace`."""
+        try:
+            data = _data(await self._r.get_work_item(key))
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+        return dict(data) if isinstance(data, dict) else {"item": data}
+
+    async def list_work_items(
+        self, project: str | None = None, assignee: str | None = None, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """See :class:`shared.tools.Workspace`."""
+        try:
+            data = _data(await self._r.list_work_items(project=project, assignee=assignee, status=status))
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+        items = data.get("items", []) if isinstance(data, dict) else data
+        return [dict(i) for i in items]
+
+    async def search_pages(self, q: str, space: str | None = None) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace` (a failed search answers "could not be searched")."""
+        try:
+            data = _data(await self._r.search_knowledge(q, space=space))
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+        return dict(data) if isinstance(data, dict) else {"hits": data}
+
+    async def read_page(self, space: str, title: str) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace`."""
+        try:
+            data = _data(await self._r.get_page(space=space, title=title))
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+        return dict(data)
+
+    async def write_page(self, space: str, title: str, body: str) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace` (an unanswered knowledge write is unknown, never resent)."""
+        try:
+            return _object(
+                await self._r.write_page(space, title, body, author=self.author, author_kind="agent")
+            )
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+
+    async def put_file(self, project: str, path: str, content: bytes) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace`: the object first, then the row (ES-74)."""
+        if self._store is None:
+            raise WorkspaceUnavailable("no object store is open on this node")
+        try:
+            estate.validate_path(path)
+            await self._r.get_work_catalogue(project)  # the project must exist before any byte is stored
+            sha = hashlib.sha256(content).hexdigest()
+            info = await self._store.put(estate.object_key_for(sha), content)
+            return _object(
+                await self._r.put_file_row(
+                    project,
+                    path,
+                    size=info.size,
+                    sha256=info.sha256 or sha,
+                    object_key=info.key,
+                    author=self.author,
+                    author_kind="agent",
+                )
+            )
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+
+    async def get_file(self, project: str, path: str) -> bytes:
+        """See :class:`shared.tools.Workspace`."""
+        if self._store is None:
+            raise WorkspaceUnavailable("no object store is open on this node")
+        try:
+            row = _data(await self._r.get_file_row(project, path))
+            chunks = await self._store.get(str(row["object_key"]))
+            return b"".join([c async for c in chunks])
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+
+    async def list_files(self, project: str) -> list[dict[str, Any]]:
+        """See :class:`shared.tools.Workspace`."""
+        try:
+            data = _data(await self._r.list_files(project))
+        except Exception as e:  # noqa: BLE001
+            raise _translate(e) from None
+        files = data.get("files", []) if isinstance(data, dict) else data
+        return [dict(f) for f in files]

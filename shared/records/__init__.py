@@ -1,0 +1,5 @@
+"""Records seam: the node's own turn history in ``node.db`` (CO-20, CO-22)."""
+
+from ._store import TurnStore
+
+__all__ = ["TurnStore"]
