@@ -117,7 +117,7 @@ async def _open_bus(ctx: NodeContext) -> Bus:
         f = holder["fence"]
         return bool(f(handle, epoch)) if f is not None else False
 
-    bus = Bus(ctx.link.nc, ctx.link.js, fence=fence)
+    bus = Bus(ctx.link.nc, ctx.link.js, fence=fence, ack_wait=timedelta(seconds=ctx.cfg.stream.ack_wait_seconds))
     await bus.provision(replicas=ctx.cfg.stream.replicas)
     if ctx.org is not None:
         elapsed = await bus.ensure_mailboxes([s.handle for s in ctx.org.seats])

@@ -147,6 +147,9 @@ class StreamConfig(_Strict):
         tls: ``nats`` only.
         sync: ``always`` (fsync before ack) or a duration like ``30s`` (FL-30).
         debug: Embedded only: pass broker debug output through.
+        ack_wait_seconds: The seat mailboxes' ack window in seconds (FL-83: 30 min). A clean
+            handover is a NAK (about a millisecond); this window only bounds how long mail a
+            killed node had fetched waits before it is redelivered. Tests shorten it.
         max_payload_bytes: The smallest server ``max_payload`` accepted (FL-3: 8 MB).
     """
 
@@ -161,6 +164,7 @@ class StreamConfig(_Strict):
     tls: TlsConfig | None = None
     sync: str = "always"
     debug: bool = False
+    ack_wait_seconds: Annotated[float, Field(ge=1.0, le=86_400.0)] = 1800.0
 
 
 class CoordinationConfig(_Strict):
