@@ -142,6 +142,27 @@ def test_a_write_through_one_node_is_read_through_another(fleet: Fleet) -> None:
         assert [h["title"] for h in hits["hits"]] == ["Fleet runbook"]
 
 
+def test_the_logs_are_replicated_three_ways(fleet: Fleet) -> None:
+    async def replicas() -> dict[str, tuple[int, float]]:
+        nc = await nats.connect(servers=fleet.cluster.urls.split(","))
+        try:
+            js = nc.jetstream()
+            out = {}
+            for name in (
+                "CREWLET_TRACKER_LOG",
+                "CREWLET_PAGES_LOG",
+                "CREWLET_TRACKER_VECTORS",
+                "CREWLET_USAGE_LOG",
+            ):
+                info = await js.stream_info(name)
+                out[name] = (info.config.num_replicas or 0, info.config.duplicate_window or 0)
+            return out
+        finally:
+            await nc.close()
+
+    assert set(asyncio.run(replicas()).values()) == {(3, 120.0)}
+
+
 def test_a_retried_write_lands_once_whichever_node_takes_it(fleet: Fleet) -> None:
     with fleet.api("d1") as a, fleet.api("d3") as c:
         first = a.post("/work", json={"project": "SUP", "title": "Retried across nodes"}).json()

@@ -16,12 +16,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import nats
 import pytest
 
+from shared import coordination
+from shared.router import EstateRouter, NobodyAnswered
 from tests.support.procs import REPO, SHARED, TOKEN, NatsServer, Node, free_port, node_file
 
 KNOWLEDGE = SHARED / "data" / "knowledge"
@@ -286,3 +290,29 @@ def test_write_and_read_cost_beside_a_raw_publish(api: httpx.Client, broker: Nat
     }
     print(f"\nREST cost on one data node (median ms, n=100, same run): {ms}")
     assert all(v > 0 for v in ms.values())
+
+
+def test_zz_with_its_only_data_node_gone_reads_fail_naming_it(node: Node, broker: NatsServer) -> None:
+    """Runs last in this module: it kills the module's node."""
+    node.signal(9)
+    node.wait(10)
+
+    async def ask() -> tuple[Exception | None, dict[str, Any]]:
+        nc = await nats.connect(broker.url)
+        try:
+            coord = await coordination.provision(nc.jetstream(timeout=5.0), lease_ttl=timedelta(seconds=45))
+            router = EstateRouter(nc, coord, node_id="outsider", read_wait=2.0)
+            err: Exception | None = None
+            try:
+                await router.get_work_item("ENG-1")
+            except NobodyAnswered as e:
+                err = e
+            return err, await router.search_knowledge("lantern")
+        finally:
+            await nc.close()
+
+    err, search = asyncio.run(ask())
+    assert isinstance(err, NobodyAnswered) and [(r.node, r.said) for r in err.replies] == [
+        ("n1", "no_responders")
+    ]
+    assert search["data"]["failed"] and "could not be searched" in search["data"]["sentence"]
