@@ -1,15 +1,20 @@
-"""``make run``: start one node with the example company on the embedded broker and show it working.
+"""``make run``: start one node with the example company on the embedded broker and show the main job.
 
-The node runs as a child process (``crewlet run``) in the foreground: this script waits for
-``/ready``, prints what the node says about itself and the fleet view, then keeps the node serving
+The node runs as a child process (``crewlet run``) in the foreground. This script waits for
+``/ready``, imports the shared knowledge pages (``../shared/data/knowledge`` when present), posts
+GitHub's real ``issues.opened`` delivery signed with ``GITHUB_WEBHOOK_SECRET`` to
+``/webhooks/inbound/github``, waits for the triage and lead turns, and prints what happened: the
+work item, its assignee and comments, the turns with their tokens. Then it keeps the node serving
 at the printed URL with the printed token until Ctrl-C (which drains the node, FL-129).
 
-Environment: ``CREWLET_API_TOKEN`` (generated and printed when unset), ``CREWLET_PORT`` (default
-8080), ``CREWLET_DATA_DIR`` (default ``./.crewlet``).
+Environment: ``CREWLET_API_TOKEN`` and ``GITHUB_WEBHOOK_SECRET`` (generated and printed when unset),
+``CREWLET_PORT`` (default 8080), ``CREWLET_DATA_DIR`` (default ``./.crewlet``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -17,7 +22,9 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -25,17 +32,106 @@ from . import fleet_status
 
 __all__ = ["main"]
 
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            print(f"the node exited with {proc.returncode}; last log lines:")
+            print("\n".join(log_path.read_text(errors="replace").splitlines()[-20:]))
+            return False
+        try:
+            if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    print(f"the node did not become ready within {timeout:.0f} s; see {log_path}")
+    return False
+
+
+def _import_knowledge(client: httpx.Client) -> None:
+    folder = SHARED_DATA / "knowledge" / "nimbus-docs"
+    if not folder.is_dir():
+        print(f"(no knowledge pages at {folder}; skipping the import)")
+        return
+    count = 0
+    for page in sorted(folder.glob("*.md")):
+        r = client.post(
+            "/knowledge/pages", json={"space": "ENG", "title": page.stem, "body": page.read_text()}
+        )
+        if r.status_code in (200, 201):
+            count += 1
+        else:
+            print(f"  import of {page.name} answered {r.status_code}: {r.text[:200]}")
+    print(f"imported {count} knowledge pages from {folder} into space ENG")
+
+
+def _post_delivery(client: httpx.Client, secret: str) -> dict[str, Any] | None:
+    path = SHARED_DATA / "github-webhooks" / "issues.opened.json"
+    if not path.is_file():
+        print(f"(no GitHub delivery at {path}; nothing to post)")
+        return None
+    body = path.read_bytes()
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    r = client.post(
+        "/webhooks/inbound/github",
+        content=body,
+        headers={
+            "Content-Type": "application/json",
+            "X-GitHub-Event": "issues",
+            "X-GitHub-Delivery": str(uuid.uuid4()),
+            "X-Hub-Signature-256": signature,
+        },
+    )
+    title = json.loads(body)["issue"]["title"]
+    print(f"\nposted GitHub's issues.opened delivery ({title!r}): {r.status_code} {r.text}")
+    return dict(r.json()) if r.status_code == 202 else None
+
+
+def _show_result(client: httpx.Client, accepted: dict[str, Any]) -> None:
+    deadline = time.monotonic() + 30
+    turns: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        turns = client.get("/turns", params={"limit": 20}).json().get("turns", [])
+        mine = [
+            t
+            for t in turns
+            if t.get("trace_id") == accepted.get("trace_id") and t.get("outcome") != "running"
+        ]
+        if len({t["seat"] for t in mine}) >= 2:
+            turns = mine
+            break
+        time.sleep(0.2)
+    items = client.get("/work", params={"project": "SUP"}).json().get("items", [])
+    if items:
+        item = client.get(f"/work/{items[0]['key']}").json()
+        print(f"\nwork item {item['key']}: {item['title']}")
+        print(f"  status {item['status']}, assignee {item['assignee']}, filed by {item['reporter']}")
+        for c in item.get("comments", []):
+            print(f"  comment by {c['author']}: {c['body']}")
+    print("\nturns:")
+    for t in sorted(turns, key=lambda t: t["started_at"]):
+        print(
+            f"  {t['seat']:<7} {t['outcome']:<10} {t['rounds']} rounds, {t['tool_calls']} tool calls, "
+            f"{t['tokens']['input']} in / {t['tokens']['output']} out tokens, trace {t['trace_id']}"
+        )
+
 
 def main() -> int:
     """Run the demo; return the node's exit code."""
     token = os.environ.get("CREWLET_API_TOKEN") or secrets.token_urlsafe(24)
+    secret = os.environ.get("GITHUB_WEBHOOK_SECRET") or secrets.token_hex(16)
     port = int(os.environ.get("CREWLET_PORT", "8080"))
     data_dir = Path(os.environ.get("CREWLET_DATA_DIR", ".crewlet"))
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "CREWLET_API_TOKEN": token}
+    env = {**os.environ, "CREWLET_API_TOKEN": token, "GITHUB_WEBHOOK_SECRET": secret}
     crewlet = str(Path(sys.executable).parent / "crewlet")
-    log_path = data_dir / "node.log"
     data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / "node.log"
     print(f"starting a node with the example company (log: {log_path})", flush=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -46,28 +142,22 @@ def main() -> int:
         )
     signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
     signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            print(f"the node exited with {proc.returncode}; last log lines:")
-            print("\n".join(log_path.read_text(errors="replace").splitlines()[-20:]))
-            return proc.returncode or 1
-        try:
-            if httpx.get(url + "/ready", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    else:
-        print("the node did not become ready within 60 s; see", log_path)
-        proc.terminate()
-        return 1
-    print(f"\nnode ready at {url}")
-    print(json.dumps(httpx.get(url + "/health", timeout=5).json(), indent=2))
+    if not _wait_ready(proc, url, log_path):
+        if proc.poll() is None:
+            proc.terminate()
+        return proc.wait() or 1
+    print(f"node ready at {url}")
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        _import_knowledge(client)
+        accepted = _post_delivery(client, secret)
+        if accepted is not None:
+            _show_result(client, accepted)
+    print()
     fleet_status.show(url, token)
     print(f"\nThe node keeps serving at {url}")
     print(f"  export CREWLET_API_TOKEN={token}")
-    print(f'  curl -H "Authorization: Bearer $CREWLET_API_TOKEN" {url}/fleet')
+    print(f"  export GITHUB_WEBHOOK_SECRET={secret}")
+    print(f'  curl -H "Authorization: Bearer $CREWLET_API_TOKEN" {url}/turns')
     print("Press Ctrl-C to drain and stop it.", flush=True)
     return proc.wait()
 
