@@ -18,7 +18,7 @@ from typing import Any
 
 from shared import logs, providers, telemetry
 from shared.bus import Bus
-from shared.leases import SeatHost
+from shared.leases import ClaimAll, FairShare, PlacementPolicy, SeatHost, Selector
 from shared.records import TurnStore
 from shared.runtime import PROTOCOL_VERSION, NodeContext, RoleService
 from shared.turns import TurnEngine
@@ -66,6 +66,26 @@ def service(ctx: NodeContext) -> RoleService:
             secrets=_secret_values(ctx.resolved),
         )
         dispatcher = Dispatcher(ctx, bus, engine, turns)
+
+        def selectors() -> dict[str, Selector]:
+            out: dict[str, Selector] = {}
+            for seat in ctx.org.seats if ctx.org is not None else ():
+                p = seat.role.placement
+                if p is not None:
+                    out[seat.handle] = Selector(p.node, tuple(sorted(p.labels.items())))
+            return out
+
+        fair: FairShare | None = None
+        policy: PlacementPolicy = ClaimAll()
+        if ctx.cfg.coordination.type != "local":  # local leases: this node is the whole company
+            fair = FairShare(
+                ctx.coord,
+                node_id=ctx.node_id,
+                labels=dict(ctx.cfg.node.labels),
+                protocol=PROTOCOL_VERSION,
+                selectors=selectors,
+            )
+            policy = fair
         host = SeatHost(
             ctx.coord,
             node_id=ctx.node_id,
@@ -76,6 +96,7 @@ def service(ctx: NodeContext) -> RoleService:
             on_release=dispatcher.on_release,
             on_quiesce=dispatcher.on_quiesce,
             on_resume=dispatcher.on_resume,
+            policy=policy,
         )
         dispatcher.host = host
         bus_fence = ctx.extras.get("seat_fence")
@@ -83,7 +104,7 @@ def service(ctx: NodeContext) -> RoleService:
             bus_fence["fence"] = host.holds  # the bus asks the seat host before every ack (FL-74)
         state["host"] = host
         state["dispatcher"] = dispatcher
-        ctx.extras["seats_health"] = host.health
+        ctx.extras["seats_health"] = lambda: {**host.health(), **(fair.health() if fair is not None else {})}
         ctx.extras["seat_host"] = host
         host.assign([s.handle for s in ctx.org.seats])
         host.start()

@@ -7,20 +7,24 @@ renew, fenced release). Data nodes fence writes with :func:`check_epoch`.
 
 from ._epochs import EpochRecord, check_epoch, current_epoch, read_epoch
 from ._errors import LeaseContention, LeaseError
+from ._fairshare import MAX_CLAIMS_PER_SWEEP, MAX_RELEASES_PER_SWEEP, FairShare, Selector
 from ._host import SeatHost
 from ._ledger import Ledger
 from ._placement import FENCED_REASONS, VOLUNTARY_REASONS, ClaimAll, PlacementPolicy, Plan, ReleaseReason
 from ._presence import Presence
 from ._records import LeaseRecord, key_of, resource_of
 from ._seat import CAS_ROUNDS, Grant, SeatLease, SeatLeases
-from ._view import fleet_view
+from ._view import RoleWatch, fleet_view
 
 __all__ = [
     "CAS_ROUNDS",
     "FENCED_REASONS",
+    "MAX_CLAIMS_PER_SWEEP",
+    "MAX_RELEASES_PER_SWEEP",
     "VOLUNTARY_REASONS",
     "ClaimAll",
     "EpochRecord",
+    "FairShare",
     "Grant",
     "LeaseContention",
     "LeaseError",
@@ -30,9 +34,11 @@ __all__ = [
     "Plan",
     "Presence",
     "ReleaseReason",
+    "RoleWatch",
     "SeatHost",
     "SeatLease",
     "SeatLeases",
+    "Selector",
     "check_epoch",
     "current_epoch",
     "fleet_view",

@@ -9,7 +9,8 @@ def test_public_api() -> None:
             "CAS_ROUNDS", "FENCED_REASONS", "VOLUNTARY_REASONS", "ClaimAll", "EpochRecord", "Grant",
             "LeaseContention", "LeaseError", "LeaseRecord", "Ledger", "PlacementPolicy", "Plan", "Presence",
             "ReleaseReason", "SeatHost", "SeatLease", "SeatLeases", "check_epoch", "current_epoch", "fleet_view",
-            "key_of", "read_epoch", "resource_of",
+            "key_of", "read_epoch", "resource_of", "FairShare", "Selector", "RoleWatch",
+            "MAX_CLAIMS_PER_SWEEP", "MAX_RELEASES_PER_SWEEP",
         ]
     )  # fmt: skip
     for name in shared.leases.__all__:

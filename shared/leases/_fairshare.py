@@ -1,0 +1,200 @@
+"""Fair share with placement groups: the fleet's placement policy (FL-18, FL-45, FL-56..FL-62, FL-134).
+
+Each sweep (every 5 s) reads the ``leases`` bucket once: live presence (``node.*``) and seat leases
+(``seat.*``). Then, per placement group (seats with the same ``role.placement``):
+
+- the eligible nodes are the live nodes that run ``seats`` (FL-18: others are not in the
+  denominator; roles that are absent or malformed read as all four, FL-11) and match the group's
+  node pin and labels (FL-57); this node always counts itself with its own labels (FL-45);
+- the group's share is ``ceil(group size / eligible nodes)`` (FL-59), spent on that group only;
+- the most constrained groups (fewest eligible nodes) are served first;
+- a node over its share of a group gives the surplus back (``rebalance``), a seat that stopped
+  matching is handed back (``placement``, FL-62); at most 2 voluntary releases per sweep;
+- it claims unowned seats up to its share, at most 4 new claims per sweep (FL-56);
+- a group no live seats node matches is ``seats_unplaceable`` (logged once per change, with the
+  handles and selector): the engine never widens a selector (FL-61).
+
+The protocol gate (FL-134): while any live presence or seat lease carries a lower protocol than this
+build's, the plan claims nothing and ``seat_claims_blocked_by_older_protocol`` is logged once per
+change of state; presence itself is ungated (FL-44), and seats already held are kept (older nodes
+keep working, newer ones wait). The gate is read once per sweep.
+
+Not yet: the ``preferred`` ordering of FL-54, undead charging (FL-60), unserviceable withdrawal
+(FL-63), and releasing a seat claimed in the instant between the gate's read and the claim (the
+check → claim → re-check of FL-134).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared import logs
+from shared.coordination import Coordination
+
+from ._placement import Plan, ReleaseReason
+from ._records import LeaseRecord, resource_of
+
+__all__ = ["MAX_CLAIMS_PER_SWEEP", "MAX_RELEASES_PER_SWEEP", "FairShare", "Selector"]
+
+MAX_CLAIMS_PER_SWEEP = 4
+"""New claims per sweep (FL-56): the cost is spawning a seat's tools, not the lease."""
+MAX_RELEASES_PER_SWEEP = 2
+"""Voluntary releases per sweep (FL-56): a release interrupts a live agent."""
+
+_log = logs.get("seat.placement")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """A seat's placement (FL-57): a node pin and labels that must all match exactly."""
+
+    node: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """An injective encoding of the selector: the placement group key (FL-59)."""
+        import json
+
+        return json.dumps([self.node, list(self.labels)])
+
+    def matches(self, node_id: str, labels: Mapping[str, str]) -> bool:
+        """True when a node with ``node_id`` and ``labels`` satisfies every part (a missing key never matches)."""
+        if self.node is not None and self.node != node_id:
+            return False
+        return all(k in labels and labels[k] == v for k, v in self.labels)
+
+    def describe(self) -> str:
+        """``node=<id> labels=k=v,...`` or ``anywhere`` (the ``seats_unplaceable`` format)."""
+        parts = []
+        if self.node is not None:
+            parts.append(f"node={self.node}")
+        if self.labels:
+            parts.append("labels=" + ",".join(f"{k}={v}" for k, v in self.labels))
+        return " ".join(parts) or "anywhere"
+
+
+@dataclass
+class _Node:
+    id: str
+    labels: dict[str, str]
+    protocol: int
+
+
+@dataclass
+class FairShare:
+    """The fleet placement policy for a :class:`~shared.leases.SeatHost` (FL-56..FL-62).
+
+    Args:
+        coord: The coordination store (the ``leases`` bucket).
+        node_id: This node's id.
+        labels: This node's labels (its in-process profile wins over its presence row, FL-45).
+        protocol: This build's lease protocol (FL-133).
+        selectors: Returns every agent seat's :class:`Selector` (org-derived, re-read every sweep so an
+            apply that narrows a selector takes effect, FL-62).
+    """
+
+    coord: Coordination
+    node_id: str
+    labels: Mapping[str, str]
+    protocol: int
+    selectors: Callable[[], Mapping[str, Selector]]
+    protocol_floor: int | None = None
+    unplaceable: dict[str, str] = field(default_factory=dict)
+    capacity: int = 0
+    live_nodes: int = 1
+    _blocked: bool = False
+
+    async def _read(self) -> tuple[list[_Node], dict[str, LeaseRecord], int]:
+        nodes: dict[str, _Node] = {}
+        owners: dict[str, LeaseRecord] = {}
+        floor = self.protocol
+        for entry in await self.coord.entries("leases"):
+            res = resource_of(entry.key)
+            rec = LeaseRecord.decode(entry.key, entry.value)
+            if res.startswith("node:"):
+                floor = min(floor, rec.protocol)
+                if "seats" not in rec.roles:
+                    continue
+                labels = rec.meta.get("labels")
+                nodes[rec.node or res[5:]] = _Node(
+                    rec.node or res[5:], dict(labels) if isinstance(labels, dict) else {}, rec.protocol
+                )
+            elif res.startswith("seat:"):
+                floor = min(floor, rec.protocol)
+                owners[res[5:]] = rec
+        nodes[self.node_id] = _Node(self.node_id, dict(self.labels), self.protocol)  # FL-45
+        return sorted(nodes.values(), key=lambda n: n.id), owners, floor
+
+    async def plan(self, seats: Sequence[str], held: Mapping[str, int]) -> Plan:
+        """See :meth:`shared.leases.PlacementPolicy.plan`.
+
+        Raises:
+            CoordinationUnavailable: the lease bucket could not be read (the sweep is skipped).
+        """
+        nodes, owners, floor = await self._read()
+        self.live_nodes = len(nodes)
+        blocked = floor < self.protocol
+        if blocked != self._blocked:
+            if blocked:
+                _log.warning("seat_claims_blocked_by_older_protocol", protocol=self.protocol, floor=floor)
+            else:
+                _log.info("seat_claims_unblocked", protocol=self.protocol)
+            self._blocked = blocked
+        self.protocol_floor = floor if blocked else None
+        selectors = self.selectors()
+        groups: dict[str, list[str]] = {}
+        sel_of: dict[str, Selector] = {}
+        for h in seats:
+            sel = selectors.get(h, Selector())
+            groups.setdefault(sel.key, []).append(h)
+            sel_of[sel.key] = sel
+        eligible = {key: [n for n in nodes if sel_of[key].matches(n.id, n.labels)] for key in groups}
+        unplaceable = {
+            h: sel_of[key].describe() for key, hs in groups.items() if not eligible[key] for h in hs
+        }
+        if unplaceable != self.unplaceable:
+            if unplaceable:
+                _log.warning(
+                    "seats_unplaceable",
+                    seats=sorted(unplaceable),
+                    selectors=sorted(set(unplaceable.values())),
+                )
+            self.unplaceable = unplaceable
+        releases: dict[str, ReleaseReason] = {}
+        claims: list[str] = []
+        capacity = 0
+        order = sorted(groups, key=lambda k: (len(eligible[k]), k))  # most constrained first
+        for key in order:
+            members = groups[key]
+            if not any(n.id == self.node_id for n in eligible[key]):
+                for h in members:
+                    if h in held:
+                        releases.setdefault(h, "placement")  # FL-62: stopped matching
+                continue
+            share = math.ceil(len(members) / len(eligible[key]))
+            capacity += share
+            mine = [h for h in members if h in held]
+            if len(mine) > share:
+                for h in mine[share:]:  # the surplus, latest in org order first to keep
+                    releases.setdefault(h, "rebalance")
+                continue
+            free = [h for h in members if h not in held and h not in owners]
+            claims += free[: share - len(mine)]
+        self.capacity = capacity
+        if blocked:  # FL-134: claim nothing while an older protocol is live
+            claims = []
+        limited = dict(list(releases.items())[:MAX_RELEASES_PER_SWEEP])
+        return Plan(claim=claims[:MAX_CLAIMS_PER_SWEEP], release=limited)
+
+    def health(self) -> dict[str, Any]:
+        """Fields for ``/health``'s seats block (FL-126, FL-135)."""
+        out: dict[str, Any] = {"capacity": self.capacity, "live_nodes": self.live_nodes}
+        if self.protocol_floor is not None:
+            out["protocol_floor"] = self.protocol_floor
+        if self.unplaceable:
+            out["unplaceable"] = sorted(self.unplaceable)
+        return out
