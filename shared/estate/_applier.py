@@ -35,15 +35,15 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js import api as jsapi
-from sqlalchemy import Connection, bindparam, func, select
-from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy import Connection
 
 from shared import logs
 
+from . import _sql as sql
 from ._errors import EstateError, to_wire
 from ._ids import GENERATION, STREAMS, op_id_instant
 from ._record import Record
-from ._schema import T_ANCHOR, T_CHECKPOINT, T_LEDGER
+from ._schema import T_LEDGER
 from ._store import EstateStore
 
 __all__ = ["LAGGING_RECORDS", "ApplyOutcome", "ApplyFn", "Applier", "CopyState"]
@@ -76,34 +76,19 @@ ApplyFn = Callable[[Connection, Record, int], ApplyOutcome]
 """``(conn, record, seq) -> outcome``: a domain's deterministic apply of one record."""
 
 
-_ins_anchor = insert(T_ANCHOR)
-_ANCHOR_UPSERT = _ins_anchor.on_conflict_do_update(
-    index_elements=["domain", "subject"], set_={"last_consumed_seq": _ins_anchor.excluded.last_consumed_seq}
+_ANCHOR_UPSERT = (
+    "INSERT INTO statelog_anchor (domain, subject, last_consumed_seq) VALUES (?, ?, ?) "
+    "ON CONFLICT (domain, subject) DO UPDATE SET last_consumed_seq = excluded.last_consumed_seq"
 )
-_ins_cp = insert(T_CHECKPOINT)
-_CHECKPOINT_UPSERT = _ins_cp.on_conflict_do_update(
-    index_elements=["domain"],
-    set_={
-        **{
-            c: _ins_cp.excluded[c]
-            for c in (
-                "stream",
-                "generation",
-                "seq",
-                "applied_through",
-                "stream_created_at",
-                "checkpoint_stored_at",
-                "checkpoint_op_id",
-            )
-        },
-        "max_record_version": func.max(
-            _ins_cp.excluded.max_record_version, T_CHECKPOINT.c.max_record_version
-        ),
-    },
+_CHECKPOINT_UPSERT = (
+    "INSERT INTO statelog_checkpoint (domain, stream, generation, seq, applied_through, stream_created_at, "
+    "checkpoint_stored_at, checkpoint_op_id, max_record_version, rule_versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '{}') "
+    "ON CONFLICT (domain) DO UPDATE SET stream = excluded.stream, generation = excluded.generation, "
+    "seq = excluded.seq, applied_through = excluded.applied_through, stream_created_at = excluded.stream_created_at, "
+    "checkpoint_stored_at = excluded.checkpoint_stored_at, checkpoint_op_id = excluded.checkpoint_op_id, "
+    "max_record_version = max(excluded.max_record_version, statelog_checkpoint.max_record_version)"
 )
-_LEDGER_SEEN = select(T_LEDGER.c.seq).where(
-    T_LEDGER.c.domain == bindparam("domain"), T_LEDGER.c.op_id == bindparam("op_id")
-)
+_LEDGER_SEEN = "SELECT seq FROM statelog_ledger WHERE domain = ? AND op_id = ?"
 
 
 def consumer_name(domain: str, node_id: str) -> str:
@@ -453,50 +438,46 @@ class Applier:
             if rec.kind != "barrier":
                 self._apply_one(conn, rec, seq)
             anchors[rec.subject] = seq
-        conn.execute(
-            _ANCHOR_UPSERT,
-            [
-                {"domain": self.domain, "subject": subj, "last_consumed_seq": seq}
-                for subj, seq in anchors.items()
-            ],
-        )
+        sql.run(conn, _ANCHOR_UPSERT, [(self.domain, subj, seq) for subj, seq in anchors.items()])
         rec, seq, stored = items[-1]
-        conn.execute(
+        sql.run(
+            conn,
             _CHECKPOINT_UPSERT,
-            {
-                "domain": self.domain,
-                "stream": self.stream,
-                "generation": GENERATION,
-                "seq": seq,
-                "applied_through": seq,
-                "stream_created_at": self._created_at,
-                "checkpoint_stored_at": stored,
-                "checkpoint_op_id": rec.op_id,
-                "max_record_version": max_version,
-                "rule_versions": "{}",
-            },
+            (
+                self.domain,
+                self.stream,
+                GENERATION,
+                seq,
+                seq,
+                self._created_at,
+                stored,
+                rec.op_id,
+                max_version,
+            ),
         )
 
     def _apply_one(self, conn: Connection, rec: Record, seq: int) -> None:
-        if conn.execute(_LEDGER_SEEN, {"domain": self.domain, "op_id": rec.op_id}).first() is not None:
+        if sql.one(conn, _LEDGER_SEEN, (self.domain, rec.op_id)) is not None:
             return  # ES-7: the op already applied; a repeat folds to nothing
         outcome = self._apply(conn, rec, seq)
         try:
             minted = op_id_instant(rec.op_id) * 1000
         except EstateError:
             minted = 0
-        conn.execute(
-            insert(T_LEDGER).values(
-                domain=self.domain,
-                op_id=rec.op_id,
-                object_kind=outcome.object_kind,
-                object_id=outcome.object_id,
-                stream=self.stream,
-                generation=rec.generation,
-                seq=seq,
-                applied_at=rec.at,
-                minted_at=minted,
-                outcome="rejected" if outcome.error is not None else "applied",
-                error=json.dumps(to_wire(outcome.error)) if outcome.error is not None else "",
-            )
+        sql.insert_row(
+            conn,
+            T_LEDGER,
+            {
+                "domain": self.domain,
+                "op_id": rec.op_id,
+                "object_kind": outcome.object_kind,
+                "object_id": outcome.object_id,
+                "stream": self.stream,
+                "generation": rec.generation,
+                "seq": seq,
+                "applied_at": rec.at,
+                "minted_at": minted,
+                "outcome": "rejected" if outcome.error is not None else "applied",
+                "error": json.dumps(to_wire(outcome.error)) if outcome.error is not None else "",
+            },
         )

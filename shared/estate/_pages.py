@@ -14,13 +14,13 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
 
+from . import _sql as sql
 from ._applier import ApplyOutcome
 from ._decide import DecideCtx, Decision, anchor_of, derived_id
 from ._errors import InvalidField, NotFound, TooLarge, VersionConflict
 from ._ids import object_subject, search_bucket
 from ._record import Record
 from ._schema import T_CONTAINERS, T_PAGE_REVISIONS, T_PAGES, Container, Page
-from ._store import raw_sql
 
 __all__ = [
     "PAGE_LIMIT",
@@ -183,15 +183,17 @@ def decide_page(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Decis
     return Decision("page", pid, rec, expect=None)
 
 
-def _fts(conn: Connection, page_id: str, container: str, title: str, body: str) -> None:
-    raw_sql(conn, "DELETE FROM pages_fts WHERE page_id = :id", id=page_id)
-    raw_sql(
+def _fts(conn: Connection, page_id: str, container: str, title: str, body: str, *, new: bool = False) -> None:
+    # The index row shares the page row's rowid, so replacing it is a keyed delete, not a scan.
+    if not new:
+        sql.run(
+            conn, "DELETE FROM pages_fts WHERE rowid = (SELECT rowid FROM pages WHERE id = ?)", (page_id,)
+        )
+    sql.run(
         conn,
-        "INSERT INTO pages_fts (page_id, container, title, body) VALUES (:id, :c, :t, :b)",
-        id=page_id,
-        c=container,
-        t=title,
-        b=body,
+        "INSERT INTO pages_fts (rowid, page_id, container, title, body) "
+        "VALUES ((SELECT rowid FROM pages WHERE id = ?), ?, ?, ?, ?)",
+        (page_id, page_id, container, title, body),
     )
 
 
@@ -246,7 +248,7 @@ def _page_write(conn: Connection, rec: Record) -> ApplyOutcome:
             )
         )
         _revision(conn, pid, 1, str(p["title"]), str(p["body"]), author, rec.at)
-        _fts(conn, pid, str(p["container"]), str(p["title"]), str(p["body"]))
+        _fts(conn, pid, str(p["container"]), str(p["title"]), str(p["body"]), new=True)
         return ApplyOutcome("page", pid)
     if p.get("if_match") is not None and int(p["if_match"]) != int(row.version):
         return ApplyOutcome(

@@ -112,7 +112,7 @@ def search_pages(conn: Connection, args: dict[str, Any]) -> list[dict[str, Any]]
     sql = (
         "SELECT p.id, p.container, p.title, bm25(pages_fts, 0.0, 0.0, 2.0, 1.0) AS score, "
         "snippet(pages_fts, 3, '', '', '…', 32) AS snip "
-        "FROM pages_fts JOIN pages p ON p.id = pages_fts.page_id "
+        "FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid "
         "WHERE pages_fts MATCH :q AND p.status = 'published'"
     )
     params: dict[str, Any] = {"q": _match(query), "limit": limit}

@@ -2,7 +2,8 @@
 
 Kinds: ``project_upsert``, ``task_create``, ``task_update``, ``comment_add``, ``file_put``. A record
 that can no longer apply (its item vanished, a stale ``if_match`` that arbitration did not catch) is
-*rejected*: no row changes and the ledger keeps the refusal every retry is answered with.
+*rejected*: no row changes and the ledger keeps the refusal every retry is answered with. Statements
+are plain SQL through :mod:`~shared.estate._sql` (the drain rate of ES-19).
 """
 
 from __future__ import annotations
@@ -10,66 +11,78 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection
 
+from . import _sql as sql
 from ._applier import ApplyOutcome
 from ._errors import InvalidField, NotFound, VersionConflict
 from ._ids import search_bucket
 from ._record import Record
-from ._schema import T_BODY_REVISIONS, T_COMMENTS, T_FILES, T_HISTORY, T_PROJECTS, T_TASKS, T_WATCHERS, Task
-from ._store import raw_sql
+from ._schema import T_BODY_REVISIONS, T_COMMENTS, T_FILES, T_HISTORY, T_PROJECTS, T_TASKS, T_WATCHERS
 from ._tracker import MAX_DEPTH, STATUS_GROUPS
 
 __all__ = ["apply_tracker"]
 
+_UPDATABLE = {"title", "body", "status", "priority", "assignee", "parent_id", "due", "type"}
 
-def _fts(conn: Connection, task_id: str, title: str, body: str) -> None:
-    raw_sql(conn, "DELETE FROM work_fts WHERE task_id = :id", id=task_id)
-    raw_sql(
-        conn, "INSERT INTO work_fts (task_id, title, body) VALUES (:id, :t, :b)", id=task_id, t=title, b=body
+
+def _fts(conn: Connection, task_id: str, title: str, body: str, *, new: bool = False) -> None:
+    # The index row shares the task row's rowid, so replacing it is a keyed delete, not a scan.
+    if not new:
+        sql.run(conn, "DELETE FROM work_fts WHERE rowid = (SELECT rowid FROM tasks WHERE id = ?)", (task_id,))
+    sql.run(
+        conn,
+        "INSERT INTO work_fts (rowid, task_id, title, body) "
+        "VALUES ((SELECT rowid FROM tasks WHERE id = ?), ?, ?, ?)",
+        (task_id, task_id, title, body),
     )
 
 
 def _history(
     conn: Connection, rec: Record, seq: int, task_id: str, project_id: str, kind: str, fields: dict[str, Any]
 ) -> None:
-    conn.execute(
-        insert(T_HISTORY).values(
-            record_seq=seq,
-            task_id=task_id,
-            project_id=project_id,
-            kind=kind,
-            fields=json.dumps(fields, sort_keys=True, ensure_ascii=False),
-            actor=str(rec.payload.get("author", "")),
-            actor_kind=str(rec.payload.get("author_kind", "")),
-            at=rec.at,
-        )
+    sql.insert_row(
+        conn,
+        T_HISTORY,
+        {
+            "record_seq": seq,
+            "task_id": task_id,
+            "project_id": project_id,
+            "kind": kind,
+            "fields": json.dumps(fields, sort_keys=True, ensure_ascii=False),
+            "actor": str(rec.payload.get("author", "")),
+            "actor_kind": str(rec.payload.get("author_kind", "")),
+            "at": rec.at,
+        },
+        conflict="OR REPLACE",
     )
 
 
 def _project(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     p = rec.payload
-    row = conn.execute(select(T_PROJECTS).where(T_PROJECTS.c.key == p["key"])).first()
     fields = {k: str(p.get(k) or "") for k in ("name", "purpose", "unit_id", "lead")}
-    if row is None:
-        conn.execute(
-            insert(T_PROJECTS).values(
-                id=p["id"],
-                key=p["key"],
-                counter_next=1,
-                last_change_at=rec.at,
-                last_change_by=rec.writer,
-                version=1,
+    if sql.one(conn, "SELECT id FROM projects WHERE key = ?", (p["key"],)) is None:
+        sql.insert_row(
+            conn,
+            T_PROJECTS,
+            {
+                "id": p["id"],
+                "key": p["key"],
+                "counter_next": 1,
+                "last_change_at": rec.at,
+                "last_change_by": rec.writer,
+                "version": 1,
+                "archived": False,
+                "scoped_through": 0,
                 **fields,
-            )
+            },
         )
     else:
-        conn.execute(
-            update(T_PROJECTS)
-            .where(T_PROJECTS.c.key == p["key"])
-            .values(
-                version=T_PROJECTS.c.version + 1, last_change_at=rec.at, last_change_by=rec.writer, **fields
-            )
+        sql.run(
+            conn,
+            "UPDATE projects SET name = ?, purpose = ?, unit_id = ?, lead = ?, version = version + 1, "
+            "last_change_at = ?, last_change_by = ? WHERE key = ?",
+            (*fields.values(), rec.at, rec.writer, p["key"]),
         )
     return ApplyOutcome("project", str(p["id"]))
 
@@ -77,14 +90,14 @@ def _project(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
 def _task_create(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     p = rec.payload
     tid = str(p["id"])
-    prow = conn.execute(select(T_PROJECTS).where(T_PROJECTS.c.id == p["project_id"])).first()
+    prow = sql.one(conn, "SELECT id, key, counter_next FROM projects WHERE id = ?", (p["project_id"],))
     if prow is None:
         return ApplyOutcome("task", tid, NotFound("project", str(p.get("project", ""))))
-    if conn.execute(select(T_TASKS.c.id).where(T_TASKS.c.id == tid)).first() is not None:
+    if sql.one(conn, "SELECT 1 FROM tasks WHERE id = ?", (tid,)) is not None:
         return ApplyOutcome("task", tid)
     depth = 0
     if p.get("parent_id"):
-        parent = conn.execute(select(T_TASKS.c.depth).where(T_TASKS.c.id == p["parent_id"])).first()
+        parent = sql.one(conn, "SELECT depth FROM tasks WHERE id = ?", (p["parent_id"],))
         if parent is None:
             return ApplyOutcome("task", tid, NotFound("work_item", str(p["parent_id"])))
         depth = int(parent.depth) + 1
@@ -96,44 +109,49 @@ def _task_create(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     key = f"{prow.key}-{number}"
     status = str(p.get("status") or "todo")
     body = str(p.get("body") or "")
-    conn.execute(
-        insert(T_TASKS).values(
-            id=tid,
-            key=key,
-            project_id=prow.id,
-            number=number,
-            type=p.get("type") or "task",
-            title=p["title"],
-            body=body,
-            body_version=1 if body else 0,
-            status=status,
-            status_group=STATUS_GROUPS.get(status, "not_started"),
-            priority=p.get("priority") or "normal",
-            assignee=p.get("assignee"),
-            reporter=p.get("author") or "",
-            parent_id=p.get("parent_id"),
-            depth=depth,
-            due=p.get("due"),
-            created_at=rec.at,
-            updated_at=rec.at,
-            created_by=p.get("author") or "",
-            author_kind=p.get("author_kind") or "operator",
-            version=1,
-            search_shard=search_bucket(tid),
-        )
+    author = str(p.get("author") or "")
+    sql.insert_row(
+        conn,
+        T_TASKS,
+        {
+            "id": tid,
+            "key": key,
+            "project_id": prow.id,
+            "number": number,
+            "type": p.get("type") or "task",
+            "title": p["title"],
+            "body": body,
+            "body_version": 1 if body else 0,
+            "status": status,
+            "status_group": STATUS_GROUPS.get(status, "not_started"),
+            "priority": p.get("priority") or "normal",
+            "assignee": p.get("assignee"),
+            "reporter": author,
+            "parent_id": p.get("parent_id"),
+            "depth": depth,
+            "due": p.get("due"),
+            "archived": False,
+            "created_at": rec.at,
+            "updated_at": rec.at,
+            "created_by": author,
+            "author_kind": p.get("author_kind") or "operator",
+            "version": 1,
+            "scoped_through": 0,
+            "search_shard": search_bucket(tid),
+        },
     )
-    conn.execute(
-        update(T_PROJECTS)
-        .where(T_PROJECTS.c.id == prow.id)
-        .values(counter_next=number + 1, last_change_at=rec.at, last_change_by=str(p.get("author") or ""))
+    sql.run(
+        conn,
+        "UPDATE projects SET counter_next = ?, last_change_at = ?, last_change_by = ? WHERE id = ?",
+        (number + 1, rec.at, author, prow.id),
     )
     if body:
-        conn.execute(
-            insert(T_BODY_REVISIONS).values(
-                task_id=tid, version=1, body=body, author=str(p.get("author") or ""), at=rec.at
-            )
+        sql.insert_row(
+            conn,
+            T_BODY_REVISIONS,
+            {"task_id": tid, "version": 1, "body": body, "author": author, "at": rec.at},
         )
-    _fts(conn, tid, str(p["title"]), body)
+    _fts(conn, tid, str(p["title"]), body, new=True)
     _history(conn, rec, seq, tid, str(prow.id), "created", {"key": key, "title": p["title"]})
     return ApplyOutcome("task", tid)
 
@@ -141,28 +159,26 @@ def _task_create(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
 def _task_update(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     p = rec.payload
     tid = str(p["id"])
-    row = conn.execute(select(T_TASKS).where(T_TASKS.c.id == tid)).first()
-    if row is None:
+    task = sql.one(conn, "SELECT * FROM tasks WHERE id = ?", (tid,))
+    if task is None:
         return ApplyOutcome("task", tid, NotFound("work_item", tid))
-    task = Task(**row._mapping)
     if p.get("if_match") is not None and int(p["if_match"]) != task.version:
         return ApplyOutcome(
             "task",
             tid,
-            VersionConflict(f"{task.key} is at version {task.version}, not {p['if_match']}", task.version),
+            VersionConflict(
+                f"{task.key} is at version {task.version}, not {p['if_match']}", int(task.version)
+            ),
         )
     changes: dict[str, Any] = dict(p.get("changes") or {})
     author = str(p.get("author") or "")
-    values: dict[str, Any] = {}
-    before_after: dict[str, Any] = {}
     watch = changes.pop("watch", None)
-    for name, value in changes.items():
-        before_after[name] = [getattr(task, name), value]
-        values[name] = value
+    values: dict[str, Any] = {k: v for k, v in changes.items() if k in _UPDATABLE}
+    before_after: dict[str, Any] = {k: [getattr(task, k), v] for k, v in values.items()}
     if "parent_id" in values:
         depth = 0
         if values["parent_id"]:
-            parent = conn.execute(select(T_TASKS.c.depth).where(T_TASKS.c.id == values["parent_id"])).first()
+            parent = sql.one(conn, "SELECT depth FROM tasks WHERE id = ?", (values["parent_id"],))
             if parent is None:
                 return ApplyOutcome("task", tid, NotFound("work_item", str(values["parent_id"])))
             depth = int(parent.depth) + 1
@@ -170,47 +186,52 @@ def _task_update(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     if "status" in values:
         values["status_group"] = STATUS_GROUPS.get(str(values["status"]), "not_started")
     if "body" in values:
-        values["body_version"] = task.body_version + 1
-        conn.execute(
-            insert(T_BODY_REVISIONS).values(
-                task_id=tid, version=task.body_version + 1, body=str(values["body"]), author=author, at=rec.at
-            )
+        values["body_version"] = int(task.body_version) + 1
+        sql.insert_row(
+            conn,
+            T_BODY_REVISIONS,
+            {
+                "task_id": tid,
+                "version": values["body_version"],
+                "body": str(values["body"]),
+                "author": author,
+                "at": rec.at,
+            },
         )
     if watch is True:
-        conn.execute(insert(T_WATCHERS).prefix_with("OR IGNORE").values(task_id=tid, handle=author))
+        sql.insert_row(conn, T_WATCHERS, {"task_id": tid, "handle": author}, conflict="OR IGNORE")
         before_after["watch"] = [False, True]
     elif watch is False:
-        conn.execute(delete(T_WATCHERS).where(T_WATCHERS.c.task_id == tid, T_WATCHERS.c.handle == author))
+        sql.run(conn, "DELETE FROM task_watchers WHERE task_id = ? AND handle = ?", (tid, author))
         before_after["watch"] = [True, False]
-    conn.execute(
-        update(T_TASKS)
-        .where(T_TASKS.c.id == tid)
-        .values(version=task.version + 1, updated_at=rec.at, **values)
+    sql.update_row(
+        conn, T_TASKS, {**values, "version": int(task.version) + 1, "updated_at": rec.at}, where={"id": tid}
     )
     if "title" in values or "body" in values:
         _fts(conn, tid, str(values.get("title", task.title)), str(values.get("body", task.body)))
-    _history(conn, rec, seq, tid, task.project_id, "updated", before_after)
+    _history(conn, rec, seq, tid, str(task.project_id), "updated", before_after)
     return ApplyOutcome("task", tid)
 
 
 def _comment(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     p = rec.payload
     cid = str(p["id"])
-    task = conn.execute(select(T_TASKS.c.project_id).where(T_TASKS.c.id == p["task_id"])).first()
+    task = sql.one(conn, "SELECT project_id FROM tasks WHERE id = ?", (p["task_id"],))
     if task is None:
         return ApplyOutcome("comment", cid, NotFound("work_item", str(p["task_id"])))
-    conn.execute(
-        insert(T_COMMENTS)
-        .prefix_with("OR IGNORE")
-        .values(
-            id=cid,
-            task_id=p["task_id"],
-            author=str(p.get("author") or ""),
-            author_kind=str(p.get("author_kind") or ""),
-            body=str(p["body"]),
-            created_at=rec.at,
-            position=seq,
-        )
+    sql.insert_row(
+        conn,
+        T_COMMENTS,
+        {
+            "id": cid,
+            "task_id": p["task_id"],
+            "author": str(p.get("author") or ""),
+            "author_kind": str(p.get("author_kind") or ""),
+            "body": str(p["body"]),
+            "created_at": rec.at,
+            "position": seq,
+        },
+        conflict="OR IGNORE",
     )
     _history(conn, rec, seq, str(p["task_id"]), str(task.project_id), "commented", {"comment": cid})
     return ApplyOutcome("comment", cid)
@@ -219,38 +240,41 @@ def _comment(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
 def _file_put(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     p = rec.payload
     fid = str(p["file_id"])
-    if conn.execute(select(T_PROJECTS.c.id).where(T_PROJECTS.c.id == p["project_id"])).first() is None:
+    if sql.one(conn, "SELECT 1 FROM projects WHERE id = ?", (p["project_id"],)) is None:
         return ApplyOutcome("file", fid, NotFound("project", str(p.get("project", ""))))
-    current = conn.execute(
-        select(func.max(T_FILES.c.version)).where(
-            T_FILES.c.project_id == p["project_id"], T_FILES.c.path == p["path"]
-        )
-    ).scalar()
-    version = int(current or 0)
+    current = sql.one(
+        conn,
+        "SELECT max(version) AS v FROM project_files WHERE project_id = ? AND path = ?",
+        (p["project_id"], p["path"]),
+    )
+    version = int(current.v or 0) if current is not None else 0
     if p.get("if_match") is not None and int(p["if_match"]) != version:
         return ApplyOutcome(
             "file", fid, VersionConflict(f"{p['path']} is at version {version}, not {p['if_match']}", version)
         )
-    conn.execute(
-        update(T_FILES)
-        .where(T_FILES.c.project_id == p["project_id"], T_FILES.c.path == p["path"])
-        .values(current=False)
+    sql.run(
+        conn,
+        "UPDATE project_files SET current = 0 WHERE project_id = ? AND path = ?",
+        (p["project_id"], p["path"]),
     )
-    conn.execute(
-        insert(T_FILES).values(
-            id=fid,
-            project_id=p["project_id"],
-            path=p["path"],
-            version=version + 1,
-            content_type=p.get("content_type") or "application/octet-stream",
-            size=int(p["size"]),
-            sha256=p["sha256"],
-            object_key=p["object_key"],
-            author=str(p.get("author") or ""),
-            author_kind=str(p.get("author_kind") or ""),
-            created_at=rec.at,
-            current=True,
-        )
+    sql.insert_row(
+        conn,
+        T_FILES,
+        {
+            "id": fid,
+            "project_id": p["project_id"],
+            "path": p["path"],
+            "version": version + 1,
+            "content_type": p.get("content_type") or "application/octet-stream",
+            "size": int(p["size"]),
+            "sha256": p["sha256"],
+            "object_key": p["object_key"],
+            "author": str(p.get("author") or ""),
+            "author_kind": str(p.get("author_kind") or ""),
+            "created_at": rec.at,
+            "removed_at": None,
+            "current": True,
+        },
     )
     return ApplyOutcome("file", fid)
 

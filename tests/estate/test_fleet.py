@@ -51,11 +51,11 @@ class Fleet:
                 stream={"type": "nats", "url": self.cluster.urls, "replicas": 3},
                 coordination={"type": "embedded-kv"},
             )
-        port = int(self.nodes[name].port) if name in self.nodes else None
+        known = self.nodes.get(name)
         n = Node(
             ["node", "--node", str(self.files[name]), "--company", str(COMPANY)],
             dir=d,
-            port=port or _port_of(self.files[name]),
+            port=known.port if known is not None else _port_of(self.files[name]),
         )
         self.nodes[name] = n
         return n

@@ -70,7 +70,7 @@ async def test_positions_are_published_at_start_and_apply_lag_fires(inproc: Star
     applier.behind_since = time.monotonic() - 61
     with capture_logs() as logs:
         applier.note_log_end(applier.log_last)
-        a.est.beat._log.head = _fake_head(applier.log_last)  # type: ignore[method-assign]
+        a.est.beat._log.head = _fake_head(applier.log_last)  # type: ignore[method-assign,assignment]
         await a.est.beat.beat()
     assert [e["kind"] for e in logs if e["event"] == "alarm_started"] == ["apply_lag"]
 
@@ -85,7 +85,9 @@ def _fake_head(last: int) -> Callable[[str], Awaitable[tuple[int, int]]]:
 async def test_the_four_logs_are_provisioned_once_and_never_rewritten(inproc: Start, tmp_path: Path) -> None:
     a = await inproc("a")
     js = a.nc.jetstream()
-    names = sorted([s.config.name for s in await js.streams_info() if s.config.name.startswith("CREWLET_")])
+    names = sorted(
+        str(s.config.name) for s in await js.streams_info() if str(s.config.name).startswith("CREWLET_")
+    )
     assert names == [
         "CREWLET_PAGES_LOG",
         "CREWLET_TRACKER_LOG",
