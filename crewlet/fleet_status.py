@@ -79,5 +79,8 @@ def show(url: str, token: str, *, as_json: bool = False, console: Console | None
         out.print(duties)
     out.print("unmanned roles: " + (", ".join(view.get("unmanned_roles", [])) or "none"))
     if view.get("unplaceable_seats"):
-        out.print("unplaceable seats: " + ", ".join(view["unplaceable_seats"]))
+        out.print(
+            "unplaceable seats: "
+            + ", ".join(f"{u['seat']} ({u['selector']})" for u in view["unplaceable_seats"])
+        )
     return 0

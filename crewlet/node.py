@@ -117,13 +117,28 @@ async def _open_bus(ctx: NodeContext) -> Bus:
         f = holder["fence"]
         return bool(f(handle, epoch)) if f is not None else False
 
-    bus = Bus(ctx.link.nc, ctx.link.js, fence=fence, ack_wait=timedelta(seconds=ctx.cfg.stream.ack_wait_seconds))
+    bus = Bus(
+        ctx.link.nc, ctx.link.js, fence=fence, ack_wait=timedelta(seconds=ctx.cfg.stream.ack_wait_seconds)
+    )
     await bus.provision(replicas=ctx.cfg.stream.replicas)
     if ctx.org is not None:
         elapsed = await bus.ensure_mailboxes([s.handle for s in ctx.org.seats])
         _log.info("mailboxes_ready", seats=len(ctx.org.seats), elapsed_ms=int(elapsed * 1000))
     ctx.extras["bus"] = bus
     return bus
+
+
+async def _watch_fleet(ctx: NodeContext, *, interval: float = 5.0) -> None:
+    """Every sweep, check the assembled fleet against live presence (FL-20), on every node."""
+    watch = leases.RoleWatch()
+    while True:
+        await asyncio.sleep(interval)
+        if ctx.coord is None:
+            continue
+        try:
+            watch.check(await leases.fleet_view(ctx.coord))
+        except coordination.CoordinationUnavailable as e:
+            _log.warning("fleet_view_unknown", error=str(e))
 
 
 def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
@@ -235,6 +250,7 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
     watchdog.start()
     ctx.extras["watchdog_lag"] = watchdog.worst_lag
     presence: leases.Presence | None = None
+    watch_task: asyncio.Task[None] | None = None
     started: list[RoleService] = []
     code = 0
     try:
@@ -262,6 +278,7 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
                 await role.start(ctx)
                 started.append(role)
             ctx.boot_done = True
+            watch_task = asyncio.create_task(_watch_fleet(ctx), name="fleet-role-watch")
             _log.info(
                 "node_ready",
                 roles=ctx.roles,
@@ -288,6 +305,8 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
         code = 1 if e.retryable else 2
         _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
     ctx.draining = True
+    if watch_task is not None:
+        watch_task.cancel()
     await watchdog.stop()  # FL-101: disarmed first; teardown may legitimately block
     for role in reversed(started):
         try:

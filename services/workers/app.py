@@ -1,12 +1,123 @@
-"""The ``workers`` role (FL-15)."""
+"""The ``workers`` role: the company-wide singleton duties (FL-15, FL-19, FL-91..FL-95).
+
+Each duty loop claims its ``worker:{duty}`` lease on every tick and runs the tick only while it
+holds it (:class:`shared.leases.Duties`); a node without this role never asks (and so refuses
+every duty). Duties built:
+
+- ``scheduler``: evaluates every schedule of the org and fires what is due (CO-33), every
+  ``scheduling.tick_seconds`` (10 s);
+- ``maintenance``: node-local retention on the holder (turn records older than 30 days, FL-99),
+  every 5 minutes.
+
+Drain: each loop finishes its current tick, then its duty is given back, so a peer takes it on its
+next tick instead of after the TTL (FL-95). The fleet-role check (FL-20) is not a duty here: every
+node runs it on its own sweep, because the role it most needs to report is ``workers`` itself.
+"""
 
 from __future__ import annotations
 
-from shared.runtime import NodeContext, RoleService
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
 
-__all__ = ["service"]
+from shared import logs, records
+from shared.bus import Bus, BusUnavailable, Envelope
+from shared.leases import Duties
+from shared.runtime import PROTOCOL_VERSION, NodeContext, RoleService
+
+from .scheduler import Fire, Scheduler
+
+__all__ = ["MAINTENANCE_INTERVAL", "TURN_RETENTION", "service"]
+
+MAINTENANCE_INTERVAL = 300.0
+"""Seconds between maintenance ticks."""
+TURN_RETENTION = timedelta(days=30)
+"""How long finished turn records are kept in ``node.db``."""
+
+_log = logs.get("workers")
 
 
 def service(ctx: NodeContext) -> RoleService:
     """Build the workers role for ``ctx``."""
-    return RoleService(name="workers")
+    state: dict[str, Any] = {"tasks": [], "stopping": asyncio.Event()}
+
+    async def loop(
+        duties: Duties, duty: str, interval: Callable[[], float], tick: Callable[[], Awaitable[None]]
+    ) -> None:
+        stopping: asyncio.Event = state["stopping"]
+        while not stopping.is_set():
+            if await duties.try_acquire(duty) is not None:
+                try:
+                    await tick()
+                except Exception as e:  # noqa: BLE001 - a failing tick must not end the loop
+                    _log.error("duty_tick_failed", duty=duty, error=f"{type(e).__name__}: {e}")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stopping.wait(), interval())
+        await duties.release(duty)  # after the last tick (FL-95)
+
+    async def start(ctx: NodeContext) -> None:
+        if ctx.coord is None:
+            return
+        duties = Duties(
+            ctx.coord,
+            node_id=ctx.node_id,
+            owner=ctx.owner,
+            protocol=PROTOCOL_VERSION,
+            workers="workers" in ctx.cfg.roles,
+            lease_ttl=timedelta(seconds=ctx.cfg.coordination.lease_ttl_seconds),
+        )
+        state["duties"] = duties
+        ctx.extras["duties"] = duties
+
+        async def publish(handle: str, fire: Fire) -> None:
+            bus = ctx.extras.get("bus")
+            if not isinstance(bus, Bus):
+                raise BusUnavailable("the bus is not open")
+            env = Envelope.new(
+                "task_assigned",
+                source="schedule",
+                payload={
+                    "text": fire.task,
+                    "source": "schedule",
+                    "schedule": fire.name,
+                    "fire_label": fire.label,
+                    "timeout_seconds": fire.timeout_seconds,
+                },
+            )
+            await bus.publish_to_seat(handle, env, msg_id=fire.claim_key)
+
+        scheduler = Scheduler(ctx.coord, publish)
+
+        async def scheduler_tick() -> None:
+            if ctx.org is not None and ctx.org.company.scheduling.enabled:
+                await scheduler.tick(ctx.org)
+
+        async def maintenance_tick() -> None:
+            turns = ctx.extras.get("turns")
+            if isinstance(turns, records.TurnStore):
+                pruned = await records.prune_turns(turns, keep=TURN_RETENTION.total_seconds())
+                if pruned:
+                    _log.info("maintenance_pruned", table="turns", rows=pruned)
+
+        def tick_seconds() -> float:
+            return float(ctx.org.company.scheduling.tick_seconds) if ctx.org is not None else 10.0
+
+        state["tasks"] = [
+            asyncio.create_task(
+                loop(duties, "scheduler", tick_seconds, scheduler_tick), name="duty-scheduler"
+            ),
+            asyncio.create_task(
+                loop(duties, "maintenance", lambda: MAINTENANCE_INTERVAL, maintenance_tick),
+                name="duty-maintenance",
+            ),
+        ]
+
+    async def drain(ctx: NodeContext) -> None:
+        state["stopping"].set()
+        for task in state["tasks"]:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, 30.0)
+
+    return RoleService(name="workers", start=start, drain=drain)

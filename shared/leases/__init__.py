@@ -5,6 +5,7 @@ Seat leases: :class:`SeatHost` (claim, heartbeat, release, admission ``may_start
 renew, fenced release). Data nodes fence writes with :func:`check_epoch`.
 """
 
+from ._duty import DUTY_TTLS, Duties, DutyTTLTooLong
 from ._epochs import EpochRecord, check_epoch, current_epoch, read_epoch
 from ._errors import LeaseContention, LeaseError
 from ._fairshare import MAX_CLAIMS_PER_SWEEP, MAX_RELEASES_PER_SWEEP, FairShare, Selector
@@ -18,11 +19,14 @@ from ._view import RoleWatch, fleet_view
 
 __all__ = [
     "CAS_ROUNDS",
+    "DUTY_TTLS",
     "FENCED_REASONS",
     "MAX_CLAIMS_PER_SWEEP",
     "MAX_RELEASES_PER_SWEEP",
     "VOLUNTARY_REASONS",
     "ClaimAll",
+    "Duties",
+    "DutyTTLTooLong",
     "EpochRecord",
     "FairShare",
     "Grant",

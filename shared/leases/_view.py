@@ -33,7 +33,7 @@ async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> 
         CoordinationUnavailable: the lease store could not be read.
     """
     entries = await coord.entries("leases")
-    duty_entries = await coord.entries("duties")
+    duty_entries = await coord.entries("duties", "worker.")
     nodes: list[dict[str, Any]] = []
     owned: list[dict[str, Any]] = []
     for e in entries:

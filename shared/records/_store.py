@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TurnStore"]
+__all__ = ["TurnStore", "prune_turns"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS turns (
@@ -259,3 +259,22 @@ class TurnStore:
             }
 
         return await asyncio.to_thread(run)
+
+
+def _prune(store: TurnStore, older_than: float) -> int:
+    with store._lock:
+        store._db.execute("BEGIN IMMEDIATE")
+        cur = store._db.execute(
+            "DELETE FROM turns WHERE started_at < ? AND outcome != 'running'", (older_than,)
+        )
+        store._db.execute("COMMIT")
+        return int(cur.rowcount)
+
+
+async def prune_turns(store: TurnStore, *, keep: float) -> int:
+    """Delete finished turn rows older than ``keep`` seconds from ``store`` (the maintenance duty).
+
+    Returns:
+        How many rows were deleted.
+    """
+    return await asyncio.to_thread(_prune, store, time.time() - keep)

@@ -10,7 +10,7 @@ def test_public_api() -> None:
             "LeaseContention", "LeaseError", "LeaseRecord", "Ledger", "PlacementPolicy", "Plan", "Presence",
             "ReleaseReason", "SeatHost", "SeatLease", "SeatLeases", "check_epoch", "current_epoch", "fleet_view",
             "key_of", "read_epoch", "resource_of", "FairShare", "Selector", "RoleWatch",
-            "MAX_CLAIMS_PER_SWEEP", "MAX_RELEASES_PER_SWEEP",
+            "MAX_CLAIMS_PER_SWEEP", "MAX_RELEASES_PER_SWEEP", "DUTY_TTLS", "Duties", "DutyTTLTooLong",
         ]
     )  # fmt: skip
     for name in shared.leases.__all__:

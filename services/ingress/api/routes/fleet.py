@@ -1,4 +1,10 @@
-"""``GET /fleet``: the fleet as the lease bucket says (FL-152)."""
+"""``GET /fleet``: the fleet as the lease bucket says (FL-117, FL-152).
+
+Live nodes (roles, labels, broker kind, protocol, posture, applied epoch), seat → node with epoch,
+duty holders, unmanned roles, unowned seats, and unplaceable seats (seats whose placement no live
+seats node matches, FL-61). Read from the lease and duty buckets, never by asking peers, so every
+ingress node answers the same ownership. An unreadable store answers 503 — never an empty fleet.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,23 @@ from shared import leases
 from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 
-__all__ = ["router"]
+__all__ = ["router", "unplaceable"]
+
+
+def unplaceable(view: dict[str, Any], org: Any) -> list[dict[str, str]]:
+    """Seats of ``org`` whose placement no live seats node in ``view`` matches (FL-61)."""
+    seat_nodes = [n for n in view["nodes"] if "seats" in n["roles"]]
+    out = []
+    for seat in org.seats:
+        p = seat.role.placement
+        if p is None:
+            if not seat_nodes:
+                out.append({"seat": seat.handle, "selector": "anywhere"})
+            continue
+        sel = leases.Selector(p.node, tuple(sorted(p.labels.items())))
+        if not any(sel.matches(n["id"], n["labels"]) for n in seat_nodes):
+            out.append({"seat": seat.handle, "selector": sel.describe()})
+    return out
 
 
 def router(ctx: NodeContext) -> APIRouter:
@@ -26,6 +48,7 @@ def router(ctx: NodeContext) -> APIRouter:
             view = await leases.fleet_view(ctx.coord, seats=seats)
         except CoordinationUnavailable as e:
             raise api_error(503, "lease store unavailable", str(e)) from None
+        view["unplaceable_seats"] = unplaceable(view, ctx.org) if ctx.org is not None else []
         view["asked"] = ctx.node_id
         return view
 
