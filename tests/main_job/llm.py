@@ -43,14 +43,21 @@ class Seen:
 class RoutedServer:
     """A loopback HTTP server answering LLM calls from per-seat scripts.
 
-    A seat whose script ran out gets a 500 ``script exhausted`` (a runaway loop fails loudly).
-    :meth:`stop` ends the server and cuts any scripted delay short.
+    A seat whose script ran out is answered by ``respond`` when given, else with a 500 ``script
+    exhausted`` (a runaway loop fails loudly). :meth:`stop` ends the server and cuts any scripted
+    delay short.
     """
 
     paths: tuple[str, ...] = ()
 
-    def __init__(self, scripts: dict[str, list[Script]] | None = None) -> None:
+    def __init__(
+        self,
+        scripts: dict[str, list[Script]] | None = None,
+        *,
+        respond: Callable[[str, Any], Reply] | None = None,
+    ) -> None:
         self.scripts: dict[str, list[Script]] = {k: list(v) for k, v in (scripts or {}).items()}
+        self.respond = respond
         self.seen: list[Seen] = []
         self._cond = threading.Condition()
         self._stopping = threading.Event()
@@ -81,7 +88,9 @@ class RoutedServer:
                     queue = server.scripts.get(seat, [])
                     entry = queue.pop(0) if queue else None
                     server._cond.notify_all()
-                if entry is None:
+                if entry is None and server.respond is not None:
+                    reply = server.respond(seat, body)
+                elif entry is None:
                     reply = Reply({"error": {"message": f"script exhausted for seat {seat!r}"}}, status=500)
                 else:
                     reply = entry(body) if callable(entry) else entry

@@ -203,6 +203,24 @@ class Broker:
 
         return list(self._run(go))
 
+    def inbox(self, seat: str) -> dict[str, int]:
+        """The seat's mailbox counters: ``pending`` (never delivered), ``ack_pending`` (delivered,
+        not acked: in a holder's hands or waiting out a NAK delay), ``redelivered``, ``delivered``."""
+        from shared.bus import durable_name, inbox_group, inbox_subject
+
+        async def go(nc: Any) -> dict[str, int]:
+            info = await nc.jetstream().consumer_info(
+                "CREWLET_AGENT", durable_name(inbox_group(seat), inbox_subject(seat))
+            )
+            return {
+                "pending": int(info.num_pending),
+                "ack_pending": int(info.num_ack_pending),
+                "redelivered": int(info.num_redelivered),
+                "delivered": int(info.delivered.consumer_seq),
+            }
+
+        return dict(self._run(go))
+
     def publish(self, subject: str, data: bytes, headers: dict[str, str]) -> int:
         """Publish one message to a stream subject; return its stream sequence."""
 
