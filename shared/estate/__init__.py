@@ -25,7 +25,7 @@ from ._errors import (
     to_wire,
 )
 from ._estate import Estate, open_estate, rules_from_company
-from ._events import EVENT_LIMIT, EventLog
+from ._events import EVENT_LIMIT, TRACE_LIMIT, EventLog
 from ._files import MAX_FILE, object_key_for, validate_path
 from ._ids import (
     BUCKETS,
@@ -58,6 +58,7 @@ __all__ = [
     "PROTOCOL",
     "RETRY_HERE",
     "STREAMS",
+    "TRACE_LIMIT",
     "Answer",
     "Applier",
     "ApplyOutcome",

@@ -27,11 +27,13 @@ from shared import logs
 
 from ._errors import InvalidField
 
-__all__ = ["EVENT_LIMIT", "EVENT_RETENTION_DAYS", "EventLog", "EventRow"]
+__all__ = ["EVENT_LIMIT", "EVENT_RETENTION_DAYS", "TRACE_LIMIT", "EventLog", "EventRow"]
 
 _log = logs.get("events")
 EVENT_LIMIT = 400
 """Most events one ``GET /events`` page returns (ES-77)."""
+TRACE_LIMIT = 500
+"""Most events one trace read returns (ES-77)."""
 EVENT_RETENTION_DAYS = 30
 """Days the audit log keeps (ES-77)."""
 _FILTERS = (
@@ -154,8 +156,12 @@ class EventLog:
                 )
 
     def record(self, ev: dict[str, Any]) -> None:
-        """Upsert one event on the writer thread: ``{event_time (µs), event_id, event_type, ...filters,
-        data?, parties? {handle: role}}``. A failure is logged, never raised."""
+        """Upsert one event on the writer thread (ES-77); a failure is logged, never raised.
+
+        Args:
+            ev: ``{event_time (unix µs), event_id, event_type, source?, category?, <filter columns>?,
+                data? (JSON object), parties? {handle: role}}``.
+        """
 
         def run() -> None:
             try:
@@ -175,7 +181,13 @@ class EventLog:
             await asyncio.gather(*(asyncio.wrap_future(f) for f in list(self._pending)))
 
     async def query(
-        self, *, limit: int = 100, before: str | None = None, filters: dict[str, str] | None = None
+        self,
+        *,
+        limit: int = 100,
+        before: str | None = None,
+        filters: dict[str, str] | None = None,
+        event_id: str | None = None,
+        max_limit: int = EVENT_LIMIT,
     ) -> dict[str, Any]:
         """Return one page of events, newest first (ES-77).
 
@@ -183,6 +195,8 @@ class EventLog:
             limit: 1..400.
             before: The ``next`` cursor of the previous page (``<event_time>:<event_id>``), or None.
             filters: Column → exact value, for the filterable columns.
+            event_id: Only the event with this id.
+            max_limit: The largest ``limit`` allowed (400; a trace read allows 500).
 
         Returns:
             ``{"events": [...], "next": cursor or None}``.
@@ -190,9 +204,11 @@ class EventLog:
         Raises:
             InvalidField: a bad ``limit``, ``before`` or filter name.
         """
-        if not 1 <= limit <= EVENT_LIMIT:
-            raise InvalidField("limit", f"must be 1..{EVENT_LIMIT}")
+        if not 1 <= limit <= max_limit:
+            raise InvalidField("limit", f"must be 1..{max_limit}")
         q = select(T_EVENTS)
+        if event_id is not None:
+            q = q.where(T_EVENTS.c.event_id == event_id)
         for name, value in (filters or {}).items():
             if name not in _FILTERS:
                 raise InvalidField(name, f"is not a filter; use one of {', '.join(_FILTERS)}")
@@ -231,6 +247,11 @@ class EventLog:
         ]
         last = rows[-1] if rows else None
         return {"events": events, "next": f"{last.event_time}:{last.event_id}" if more and last else None}
+
+    async def get(self, event_id: str) -> dict[str, Any] | None:
+        """Return the event ``event_id`` (the newest row with that id), or None."""
+        page = await self.query(limit=1, filters={}, event_id=event_id)
+        return page["events"][0] if page["events"] else None
 
     def close(self) -> None:
         """Finish pending writes and close."""

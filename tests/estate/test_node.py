@@ -257,6 +257,9 @@ def test_events_are_kept_once_and_paged(api: httpx.Client) -> None:
     assert not {e["event_id"] for e in first["events"]} & {e["event_id"] for e in second["events"]}
     assert first["events"][0]["event_time"] >= second["events"][0]["event_time"]
     assert api.get("/events", params={"limit": 401}).status_code == 400
+    one = api.get(f"/events/{made['op_id']}").json()
+    assert one["event_type"] == "work_item.created" and one["data"]["object"]["key"] == made["item"]["key"]
+    assert api.get("/events/no-such-event").status_code == 404
 
 
 def test_write_and_read_cost_beside_a_raw_publish(api: httpx.Client, broker: NatsServer) -> None:

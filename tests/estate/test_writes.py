@@ -173,6 +173,28 @@ async def test_read_levels_and_refusals(inproc: Start) -> None:
     assert stale.result["meta"]["level"] == "stale" and stale.result["meta"]["lag"] == {"records": 0}
 
 
+async def test_search_says_building_until_the_first_lap(inproc: Start) -> None:
+    a = await inproc("a")
+    await seed(a, "ENG")
+    w = await a.svc.serve(
+        Call(op="pages.write", args={"space": "ENG", "title": "Beacon", "body": "lighthouse"})
+    )
+    assert w.result["outcome"] == "applied"
+    pages = a.est.appliers["pages"]
+    pages.drained = False  # as on a freshly booted node still on its first lap (ES-65)
+    missing = await a.svc.serve(Call(op="pages.search", args={"query": "nothing-here"}, take_anyway=True))
+    assert (
+        missing.result["data"]["state"] == "building"
+        and "not searchable from here yet" in missing.result["data"]["sentence"]
+    )
+    found = await a.svc.serve(Call(op="pages.search", args={"query": "lighthouse"}, take_anyway=True))
+    assert found.result["data"]["state"] == "building" and found.result["data"]["hits"]
+    assert "may be missing" in found.result["data"]["sentence"]
+    pages.drained = True
+    done = await a.svc.serve(Call(op="pages.search", args={"query": "nothing-here"}))
+    assert done.result["data"]["state"] == "empty" and "matched" in done.result["data"]["sentence"]
+
+
 async def test_restart_resumes_from_rows_and_a_lost_file_replays(inproc: Start, tmp_path: Any) -> None:
     a = await inproc("a")
     await seed(a, "ENG")

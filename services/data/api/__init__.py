@@ -1,0 +1,1 @@
+"""The data role's HTTP surface: none; ingress serves the estate routes (FL-16)."""

@@ -1,0 +1,1 @@
+"""No routes: the data role answers the router over NATS, not HTTP."""

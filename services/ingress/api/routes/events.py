@@ -1,4 +1,6 @@
-"""``GET /events``: this data node's event log (ES-77, CO-27 ``audit:read``), newest first.
+"""``GET /events``, ``/events/{id}``, ``/events/trace/{trace_id}``: this data node's event log (ES-77).
+
+``GET /events`` pages newest first (CO-27 ``audit:read``); a trace answers at most 500 events, oldest first.
 
 Keyset paging: pass the previous answer's ``next`` as ``before``. ``limit`` is 1..400 (default 100).
 Filters: ``event_type``, ``source``, ``category``, ``agent_id``, ``agent_role``, ``task_id``,
@@ -63,5 +65,27 @@ def router(ctx: NodeContext) -> APIRouter:
         except estate.EstateError as e:
             raise estate_http_error(e) from None
         return {**page, "node": ctx.node_id}
+
+    def log_of() -> estate.EventLog:
+        log = ctx.extras.get("events")
+        if not isinstance(log, estate.EventLog):
+            raise api_error(
+                503, "events_unavailable", "this node keeps no event log (no data role, or booting)"
+            )
+        return log
+
+    @r.get("/events/trace/{trace_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
+    async def trace(trace_id: str) -> dict[str, Any]:
+        page = await log_of().query(
+            limit=estate.TRACE_LIMIT, max_limit=estate.TRACE_LIMIT, filters={"trace_id": trace_id}
+        )
+        return {"trace_id": trace_id, "events": list(reversed(page["events"])), "node": ctx.node_id}
+
+    @r.get("/events/{event_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
+    async def one(event_id: str) -> dict[str, Any]:
+        ev = await log_of().get(event_id)
+        if ev is None:
+            raise api_error(404, "not_found", {"what": "event", "key": event_id})
+        return ev
 
     return r
