@@ -14,7 +14,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -52,7 +52,7 @@ class RoutedServer:
 
     def __init__(
         self,
-        scripts: dict[str, list[Script]] | None = None,
+        scripts: Mapping[str, Sequence[Script]] | None = None,
         *,
         respond: Callable[[str, Any], Reply] | None = None,
     ) -> None:

@@ -103,8 +103,13 @@ def test_failing_provider_fails_the_turn_and_loses_nothing(
         assert "HTTP 400" in fatal["error"]
         assert messages["fatal"]["status"] == "failed" and messages["fatal"]["turn_id"] == fatal["turn_id"]
         assert attempts == {**{c: 2 for c in FAILURES}, "fatal": 1}
+
         # every delivery settled: nothing is left unacked or waiting out a NAK delay
-        state = wait_for("the inbox drained", lambda: (s := broker.inbox("triage"))["ack_pending"] == 0 and s)
+        def drained() -> dict[str, int] | None:
+            state = broker.inbox("triage")
+            return state if state["ack_pending"] == 0 else None
+
+        state = wait_for("the inbox drained", drained)
         assert state["pending"] == 0
         assert state["delivered"] == 2 * len(FAILURES) + 1
         failures = node.get("/metrics/").text
