@@ -13,6 +13,8 @@ has the reply subject, so before sending one the mailbox asks the fence whether 
 attached under still holds the seat; a refused action is not sent and is logged
 ``inbox_ack_fenced`` (ours). In a fenced release (FL-66) this leaves the in-flight delivery
 unacked; the broker redelivers it to the successor, with its original identity, after the ack wait.
+Every fetch and every settled action is logged at debug (``inbox_fetched``, ``inbox_acked`` with
+seat, epoch, stream sequence and the action), so a fleet's history can be checked after a run.
 
 Handler outcomes (FL-81, FL-82): return = ack; raise = NAK with a delay (1 s doubling to 30 s,
 CO-7); :class:`Deferred` = NAK at once and pause fetching (the wrong node: the resume edge restarts
@@ -249,6 +251,14 @@ class Mailbox:
             _msg=msg,
         )
         self._outstanding[d.stream_seq] = d
+        _log.debug(
+            "inbox_fetched",
+            seat=self.handle,
+            epoch=self.epoch,
+            stream_seq=d.stream_seq,
+            num_delivered=d.num_delivered,
+            msg_id=d.msg_id,
+        )
         return d
 
     # -- settling ----------------------------------------------------------------------------
@@ -266,6 +276,7 @@ class Mailbox:
         except Exception as e:  # noqa: BLE001
             raise translate(e, f"ack seat {self.handle} seq {d.stream_seq}", write=True) from None
         self._settle(d)
+        _log.debug("inbox_acked", seat=self.handle, epoch=self.epoch, stream_seq=d.stream_seq, outcome="ack")
 
     async def nak(self, d: Delivery, delay: float | None = None) -> None:
         """Return a delivery to the broker for redelivery after ``delay`` seconds (None: at once).
@@ -282,6 +293,7 @@ class Mailbox:
         except Exception as e:  # noqa: BLE001
             raise translate(e, f"nak seat {self.handle} seq {d.stream_seq}", write=True) from None
         self._settle(d)
+        _log.debug("inbox_acked", seat=self.handle, epoch=self.epoch, stream_seq=d.stream_seq, outcome="nak")
 
     async def in_progress(self, d: Delivery) -> None:
         """Tell the broker a long turn is still working on ``d``: restarts its ack wait.
@@ -309,6 +321,7 @@ class Mailbox:
         except Exception as e:  # noqa: BLE001
             raise translate(e, f"term seat {self.handle} seq {d.stream_seq}", write=True) from None
         self._settle(d)
+        _log.debug("inbox_acked", seat=self.handle, epoch=self.epoch, stream_seq=d.stream_seq, outcome="term")
 
     async def dead_letter(self, d: Delivery, reason: str) -> str:
         """Publish ``d`` with ``reason`` to the seat's dead-letter subject, then terminate it (FL-82).
