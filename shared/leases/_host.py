@@ -299,6 +299,7 @@ class SeatHost:
                 seat.grant = grant
         epoch = seat.grant.epoch
         if outcome is True:
+            _log.debug("seat_renewed", seat=handle, epoch=epoch, revision=seat.grant.revision)
             if seat.quiesced:
                 seat.quiesced = False
                 _log.info("seat_resumed", seat=handle, epoch=epoch)
