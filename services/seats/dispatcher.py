@@ -15,6 +15,10 @@ prefetch, serial per seat) and hands it to :meth:`Dispatcher.handle`, which pass
 8. the ledger rows are written after the turn's side effects, then the delivery is acked — or, when
    the turn asks for redelivery (fenced, provider unavailable before any effect), NAKed.
 
+Steps 7 and 8 are logged ``seat_turn_admitted`` and ``seat_turn_committed`` (seat, lease epoch,
+turn id, stream sequence, event ids), and a ledger skip carries the same ids, so a fleet's history
+can be checked after a run.
+
 A voluntary release (drain, placement) lets the running turn finish before the mailbox detaches,
 so the successor gets exactly what this node never acked (FL-65); a lost lease detaches at once:
 the running turn is stopped by its fence and its ack is refused (FL-66).
@@ -164,7 +168,15 @@ class Dispatcher:
         ids = list(trigger.constituent_ids) or [trigger.event_id]
         done = await self.ledger.worked(handle, ids)
         if ids and set(ids) <= done:
-            _log.info("turn_trigger_skipped", seat=handle, event_id=trigger.event_id, reason="already_worked")
+            _log.info(
+                "turn_trigger_skipped",
+                seat=handle,
+                epoch=box.epoch,
+                stream_seq=d.stream_seq,
+                event_id=trigger.event_id,
+                event_ids=ids,
+                reason="already_worked",
+            )
             return
         engine = self.engine()
         turn_id = str(uuid.uuid4())
@@ -190,6 +202,15 @@ class Dispatcher:
             if ctx.draining or handle in self._stopping:
                 raise Deferred()
             ctx.in_flight += 1
+            _log.info(
+                "seat_turn_admitted",
+                seat=handle,
+                epoch=epoch,
+                turn_id=turn_id,
+                stream_seq=d.stream_seq,
+                num_delivered=d.num_delivered,
+                event_ids=ids,
+            )
             await self._set_message(trigger.payload, status="running", turn_id=turn_id, node=ctx.node_id)
 
             async def fence() -> bool:
@@ -207,6 +228,15 @@ class Dispatcher:
             raise TurnRedelivery(f"turn {turn_id} {result.outcome}: {result.error_kind or ''}")
         for event_id in ids:
             await self.ledger.record(handle, event_id, {"turn_id": turn_id, "outcome": result.outcome})
+        _log.info(
+            "seat_turn_committed",
+            seat=handle,
+            epoch=epoch,
+            turn_id=turn_id,
+            stream_seq=d.stream_seq,
+            event_ids=ids,
+            outcome=result.outcome,
+        )
         reply = result.final_text or (result.submission.summary if result.submission is not None else "")
         if result.failed:
             await self._set_message(
