@@ -14,10 +14,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from . import _sql as sql
 from ._decide import DecideCtx, Decision, anchor_of, derived_id
 from ._errors import InvalidField, NotFound, TooLarge, VersionConflict
 from ._ids import object_subject
-from ._schema import T_PROJECTS, T_TASKS, T_WATCHERS, Project, Task
+from ._schema import T_PROJECTS, T_WATCHERS, Project, Task
 
 __all__ = [
     "BODY_LIMIT",
@@ -64,7 +65,7 @@ def project_by_key(conn: Connection, key: str, *, field: str = "project") -> Pro
     """
     if not isinstance(key, str) or not PROJECT_RE.match(key):
         raise InvalidField(field, f"{key!r} is not a project key (upper-case letters and digits, e.g. ENG)")
-    row = conn.execute(select(T_PROJECTS).where(T_PROJECTS.c.key == key)).first()
+    row = sql.one(conn, "SELECT * FROM projects WHERE key = ?", (key,))
     if row is None:
         raise NotFound("project", key)
     return Project(**row._mapping)
@@ -80,9 +81,9 @@ def find_task(conn: Connection, key_or_id: str, *, field: str = "key") -> Task:
     if not isinstance(key_or_id, str) or not key_or_id:
         raise InvalidField(field, "a work item key like ENG-4 is required")
     if KEY_RE.match(key_or_id):
-        row = conn.execute(select(T_TASKS).where(T_TASKS.c.key == key_or_id)).first()
+        row = sql.one(conn, "SELECT * FROM tasks WHERE key = ?", (key_or_id,))
     elif re.fullmatch(r"[0-9a-f-]{36}", key_or_id):
-        row = conn.execute(select(T_TASKS).where(T_TASKS.c.id == key_or_id)).first()
+        row = sql.one(conn, "SELECT * FROM tasks WHERE id = ?", (key_or_id,))
     else:
         raise InvalidField(field, f"{key_or_id!r} is not a work item key (PROJECT-N, e.g. ENG-4) or id")
     if row is None:

@@ -6,35 +6,29 @@ import json
 import re
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
+from . import _sql as sql
 from ._decide import Rules, iso
 from ._errors import InvalidField
-from ._schema import T_COMMENTS, T_HISTORY, T_PROJECTS, T_TASKS, T_WATCHERS
-from ._store import raw_sql
 from ._tracker import PRIORITIES, STATUS_GROUPS, find_task, project_by_key, status_filter
 
 __all__ = ["catalogue", "comment_view", "get_item", "list_items", "list_projects", "task_view"]
 
 
-def _project_keys(conn: Connection) -> dict[str, str]:
-    return {str(r.id): str(r.key) for r in conn.execute(select(T_PROJECTS.c.id, T_PROJECTS.c.key))}
+_TASK_SELECT = (
+    "SELECT t.*, p.key AS project_key, pt.key AS parent_key, "
+    "(SELECT group_concat(handle, char(31)) FROM (SELECT handle FROM task_watchers w WHERE w.task_id = t.id "
+    "ORDER BY handle)) AS watcher_list "
+    "FROM tasks t JOIN projects p ON p.id = t.project_id LEFT JOIN tasks pt ON pt.id = t.parent_id"
+)
 
 
-def _task_dict(conn: Connection, t: Any, keys: dict[str, str], *, body: bool = True) -> dict[str, Any]:
-    parent_key = None
-    if t.parent_id:
-        parent_key = conn.execute(select(T_TASKS.c.key).where(T_TASKS.c.id == t.parent_id)).scalar()
-    watchers = [
-        str(r.handle)
-        for r in conn.execute(
-            select(T_WATCHERS.c.handle).where(T_WATCHERS.c.task_id == t.id).order_by(T_WATCHERS.c.handle)
-        )
-    ]
+def _task_dict(t: Any, *, body: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": t.id,
         "key": t.key,
-        "project": keys.get(t.project_id, ""),
+        "project": t.project_key,
         "type": t.type,
         "title": t.title,
         "status": t.status,
@@ -42,8 +36,8 @@ def _task_dict(conn: Connection, t: Any, keys: dict[str, str], *, body: bool = T
         "priority": t.priority,
         "assignee": t.assignee,
         "reporter": t.reporter,
-        "watchers": watchers,
-        "parent": parent_key,
+        "watchers": str(t.watcher_list).split("\x1f") if t.watcher_list else [],
+        "parent": t.parent_key,
         "depth": t.depth,
         "due": t.due,
         "created_at": iso(t.created_at),
@@ -60,18 +54,20 @@ def _task_dict(conn: Connection, t: Any, keys: dict[str, str], *, body: bool = T
 
 def task_view(conn: Connection, task_id: str) -> dict[str, Any]:
     """Return one work item's fields (the answer of a tracker write)."""
-    t = conn.execute(select(T_TASKS).where(T_TASKS.c.id == task_id)).first()
-    if t is None:
-        return {"id": task_id}
-    return _task_dict(conn, t, _project_keys(conn))
+    t = sql.one(conn, _TASK_SELECT + " WHERE t.id = ?", (task_id,))
+    return _task_dict(t) if t is not None else {"id": task_id}
 
 
 def comment_view(conn: Connection, comment_id: str) -> dict[str, Any]:
     """Return one comment (the answer of ``comment_on_work_item``)."""
-    c = conn.execute(select(T_COMMENTS).where(T_COMMENTS.c.id == comment_id)).first()
+    c = sql.one(
+        conn,
+        "SELECT c.*, t.key AS task_key FROM comments c JOIN tasks t ON t.id = c.task_id WHERE c.id = ?",
+        (comment_id,),
+    )
     if c is None:
         return {"id": comment_id}
-    key = conn.execute(select(T_TASKS.c.key).where(T_TASKS.c.id == c.task_id)).scalar()
+    key = c.task_key
     return {
         "id": c.id,
         "work_item": key,
@@ -88,14 +84,12 @@ def get_item(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     Raises:
         InvalidField, NotFound: malformed or unknown key.
     """
-    t = find_task(conn, str(args.get("key") or ""))
-    out = _task_dict(conn, t, _project_keys(conn))
-    comments = conn.execute(
-        select(T_COMMENTS)
-        .where(T_COMMENTS.c.task_id == t.id)
-        .order_by(T_COMMENTS.c.position.desc())
-        .limit(20)
-    ).all()
+    found = find_task(conn, str(args.get("key") or ""))
+    t = sql.one(conn, _TASK_SELECT + " WHERE t.id = ?", (found.id,))
+    out = _task_dict(t)
+    comments = sql.rows(
+        conn, "SELECT * FROM comments WHERE task_id = ? ORDER BY position DESC LIMIT 20", (found.id,)
+    )
     out["comments"] = [
         {
             "id": c.id,
@@ -106,9 +100,9 @@ def get_item(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
         }
         for c in reversed(comments)
     ]
-    hist = conn.execute(
-        select(T_HISTORY).where(T_HISTORY.c.task_id == t.id).order_by(T_HISTORY.c.record_seq.desc()).limit(20)
-    ).all()
+    hist = sql.rows(
+        conn, "SELECT * FROM task_history WHERE task_id = ? ORDER BY record_seq DESC LIMIT 20", (found.id,)
+    )
     out["history"] = [
         {
             "kind": h.kind,
@@ -147,9 +141,11 @@ def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
         raise InvalidField("limit", "must be 1..100")
     if not isinstance(offset, int) or offset < 0:
         raise InvalidField("offset", "must be ≥ 0")
-    q = select(T_TASKS)
+    where: list[str] = []
+    params: list[Any] = []
     if args.get("project"):
-        q = q.where(T_TASKS.c.project_id == project_by_key(conn, str(args["project"])).id)
+        where.append("t.project_id = ?")
+        params.append(project_by_key(conn, str(args["project"])).id)
     statuses: list[str] = []
     if args.get("status"):
         statuses = status_filter(str(args["status"]))
@@ -157,34 +153,34 @@ def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
         group = status_filter(str(args["status_group"]), field="status_group")
         statuses = [s for s in statuses if s in group] if statuses else group
     if statuses:
-        q = q.where(T_TASKS.c.status.in_(statuses))
+        where.append(f"t.status IN ({', '.join('?' * len(statuses))})")
+        params += statuses
     if args.get("assignee"):
-        q = q.where(T_TASKS.c.assignee == str(args["assignee"]))
+        where.append("t.assignee = ?")
+        params.append(str(args["assignee"]))
     if args.get("type"):
-        q = q.where(T_TASKS.c.type == str(args["type"]))
+        where.append("t.type = ?")
+        params.append(str(args["type"]))
     if args.get("text"):
-        ids = [
-            r[0]
-            for r in raw_sql(
-                conn, "SELECT task_id FROM work_fts WHERE work_fts MATCH :q", q=_fts_query(str(args["text"]))
-            )
-        ]
-        q = q.where(T_TASKS.c.id.in_(ids))
-    rows = conn.execute(
-        q.order_by(T_TASKS.c.updated_at.desc(), T_TASKS.c.key).offset(offset).limit(limit)
-    ).all()
-    keys = _project_keys(conn)
-    items = [_task_dict(conn, t, keys, body=False) for t in rows]
+        where.append("t.rowid IN (SELECT rowid FROM work_fts WHERE work_fts MATCH ?)")
+        params.append(_fts_query(str(args["text"])))
+    query = _TASK_SELECT + (" WHERE " + " AND ".join(where) if where else "")
+    query += " ORDER BY t.updated_at DESC, t.key LIMIT ? OFFSET ?"
+    items = [_task_dict(t, body=False) for t in sql.rows(conn, query, (*params, limit, offset))]
     return {"items": items, "count": len(items), "limit": limit, "offset": offset}
 
 
 def list_projects(conn: Connection) -> list[dict[str, Any]]:
     """Every project with its item counts."""
     out = []
-    for p in conn.execute(select(T_PROJECTS).order_by(T_PROJECTS.c.key)).all():
+    for p in sql.rows(conn, "SELECT * FROM projects ORDER BY key"):
         counts = {g: 0 for g in ("not_started", "active", "done", "closed")}
-        for r in conn.execute(select(T_TASKS.c.status_group).where(T_TASKS.c.project_id == p.id)):
-            counts[str(r[0])] = counts.get(str(r[0]), 0) + 1
+        for r in sql.rows(
+            conn,
+            "SELECT status_group, count(*) AS n FROM tasks WHERE project_id = ? GROUP BY status_group",
+            (p.id,),
+        ):
+            counts[str(r.status_group)] = int(r.n)
         out.append(
             {
                 "key": p.key,

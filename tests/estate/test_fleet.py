@@ -192,6 +192,49 @@ def test_concurrent_if_match_updates_through_two_nodes(fleet: Fleet) -> None:
         assert loser.json()["detail"]["current_version"] == 2
 
 
+def test_write_and_read_cost_on_three_replicas(fleet: Fleet) -> None:
+    """Prints medians measured in one run beside a raw R3 publish (ratios are the result, not a limit)."""
+    import statistics
+
+    async def raw() -> list[float]:
+        nc = await nats.connect(servers=fleet.cluster.urls.split(","))
+        js = nc.jetstream()
+        await js.add_stream(name="RAWR3", subjects=["rawr3.>"], num_replicas=3)
+        out = []
+        for i in range(100):
+            t = time.perf_counter()
+            await js.publish(f"rawr3.{i}", b"x" * 300)
+            out.append(time.perf_counter() - t)
+        await nc.close()
+        return out
+
+    writes, local, remote = [], [], []
+    with fleet.api("d1") as a, fleet.api("d2") as b:
+        for i in range(100):
+            t = time.perf_counter()
+            r = a.post("/work", json={"project": "ENG", "title": f"r3 bench {i}"})
+            writes.append(time.perf_counter() - t)
+            key, token = r.json()["item"]["key"], r.json()["position_token"]
+            t = time.perf_counter()
+            assert a.get(f"/work/{key}").status_code == 200
+            local.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            assert b.get(f"/work/{key}", params={"min_position": token}).status_code == 200
+            remote.append(time.perf_counter() - t)
+    pub = asyncio.run(raw())
+    ms = {
+        k: round(statistics.median(v) * 1000, 3)
+        for k, v in (
+            ("raw_r3_publish", pub),
+            ("rest_write", writes),
+            ("rest_read_same_node", local),
+            ("rest_read_other_node_at_position", remote),
+        )
+    }
+    print(f"\nR3 fleet cost (median ms, n=100, same run): {ms}")
+    assert all(v > 0 for v in ms.values())
+
+
 def test_a_killed_node_replays_from_its_rows_and_matches_its_peers(fleet: Fleet) -> None:
     victim = fleet.nodes["d3"]
     victim.signal(9)

@@ -277,8 +277,11 @@ def test_write_and_read_cost_beside_a_raw_publish(api: httpx.Client, broker: Nat
         await nc.close()
         return out
 
-    writes, reads = [], []
+    writes, reads, probes = [], [], []
     for i in range(100):
+        t = time.perf_counter()
+        assert api.get("/health").status_code == 200
+        probes.append(time.perf_counter() - t)
         t = time.perf_counter()
         r = api.post("/work", json={"project": "ENG", "title": f"bench {i}"})
         writes.append(time.perf_counter() - t)
@@ -289,7 +292,12 @@ def test_write_and_read_cost_beside_a_raw_publish(api: httpx.Client, broker: Nat
     pub = asyncio.run(raw())
     ms = {
         k: round(statistics.median(v) * 1000, 3)
-        for k, v in (("raw_publish", pub), ("rest_write", writes), ("rest_local_read", reads))
+        for k, v in (
+            ("raw_publish", pub),
+            ("bare_http_probe", probes),
+            ("rest_write", writes),
+            ("rest_local_read", reads),
+        )
     }
     print(f"\nREST cost on one data node (median ms, n=100, same run): {ms}")
     assert all(v > 0 for v in ms.values())
