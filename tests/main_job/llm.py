@@ -65,6 +65,9 @@ class RoutedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # headers and body go out in two writes; with Nagle on, the body waits for the
+            # client's delayed ACK (~40 ms a reply), which would be the server's latency, not ours
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
                 pass
