@@ -5,13 +5,15 @@ claim: the same delivery id is accepted afterwards) and ran nothing (no turn, no
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
-from tests.support.procs import TOKEN, Node
+from tests.support.procs import REPO, TOKEN, VENV_BIN, Node, write_yaml
 
 from .support import GITHUB_ISSUE, SECRET, Broker, post_github, post_message, sign, turns_of, wait_for
 
@@ -133,3 +135,23 @@ def test_refused_webhooks_and_messages_publish_and_store_nothing(
     assert node.get("/work?project=SUP").json()["count"] == 1
     logged = [e for e in node.events() if e.get("event") == "webhook_signature_rejected"]
     assert len(logged) == 7 and all(json.dumps(e).find(SECRET) < 0 for e in logged)
+
+
+def test_a_webhook_cannot_be_routed_to_a_human_or_unknown_seat(tmp_path: Path) -> None:
+    """The webhook route has no 409/404-seat answer to give at run time: the company document
+    that would need one is refused when it is validated (and so never applied)."""
+    data = yaml.safe_load((REPO / "examples" / "company.yaml").read_text())
+    for route, message in (
+        ("founder", "routes to human seat 'founder', which has no inbox"),
+        ("nobody", "'nobody' names no seat handle or unit id"),
+    ):
+        data["integrations"]["webhooks"][1]["route_to"] = route
+        path = write_yaml(tmp_path / f"{route}.yaml", data)
+        out = subprocess.run(
+            [str(VENV_BIN / "crewlet"), "validate", "--company", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert f"{path}: integrations.webhooks[1].route_to: {message}" in out.stderr

@@ -106,12 +106,8 @@ def test_drained_mid_turn_finishes_the_turn(start_node: Callable[..., Node], tmp
         assert lead["outcome"] == "delivered" and lead["work_item"] == "SUP-1"
         triage = turns_of(second, seat="triage")
         assert [(t["trigger_id"], t["outcome"]) for t in triage] == [(event_id, "delivered")]
-        assert broker.inbox("triage") | {"delivered": 0} == {
-            "pending": 0,
-            "ack_pending": 0,
-            "redelivered": 0,
-            "delivered": 0,
-        }
+        state = broker.inbox("triage")  # acked by the drained node: nothing waits for a redelivery
+        assert (state["pending"], state["ack_pending"], state["redelivered"]) == (0, 0, 0)
         assert len(llm.requests("triage")) == 2
         item = second.get("/work/SUP-1").json()
         assert item["status"] == "in_progress" and item["assignee"] == "lead"
