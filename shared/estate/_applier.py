@@ -1,8 +1,10 @@
 """The applier: one per domain per data node (ES-16, ES-17, ES-19, ES-20, ES-24, ES-39, ES-40).
 
-It reads its domain's log through a durable pull consumer of its own (named after the node; R1 on
-the Limits stream, so creating it costs ~2 ms rather than an R3 consumer's ~60 ms: infra-facts S2)
-and applies records in batches. Each batch commits in one ``BEGIN IMMEDIATE`` transaction together
+It reads its domain's log through a durable pull consumer of its own, named after the node, with
+the stream's replicas: an R1 consumer is placed on one member (the stream leader at creation) and is
+unreachable for as long as that member is down, which would stop every copy whose reader sits there;
+an R3 consumer costs ~60 ms once at boot (infra-facts §3) and elects a new leader in seconds.
+It applies records in batches. Each batch commits in one ``BEGIN IMMEDIATE`` transaction together
 with the domain checkpoint, the per-subject anchors and the ledger rows; the consumer is acked
 (AckAll, through the batch's last record) only after the commit. Apply is deterministic: it reads the
 record and the rows only.
@@ -219,7 +221,6 @@ class Applier:
             opt_start_seq=start if start > 1 else None,
             ack_wait=30.0,
             max_ack_pending=20_000,
-            num_replicas=1,
         )
         await self._js.add_consumer(self.stream, cfg)
 

@@ -201,7 +201,7 @@ class StateLog:
             raise self._translate(e) from None
         except (TimeoutError, nats.errors.TimeoutError):
             raise AppendUnanswered(f"no acknowledgement within {self._timeout} s") from None
-        except nats.errors.NoRespondersError:
+        except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):  # N14: an election
             raise Refused(
                 "no_quorum", "the log has no leader (an election is running)", retry_after=4.0
             ) from None
@@ -213,6 +213,8 @@ class StateLog:
             OSError,
         ) as e:
             raise Refused("broker_unreachable", f"{type(e).__name__}", retry_after=1.0) from None
+        except nats.errors.Error as e:  # anything else nats-py raises after sending: the fate is unknown
+            raise AppendUnanswered(f"{type(e).__name__}: {e}") from None
         return int(ack.seq), bool(ack.duplicate)
 
     @staticmethod
@@ -288,6 +290,7 @@ class StateLog:
             info = await self._js.stream_info(STREAMS[domain])
         except (
             TimeoutError,
+            nats.js.errors.NoStreamResponseError,
             nats.js.errors.APIError,
             nats.errors.TimeoutError,
             nats.errors.NoRespondersError,

@@ -172,6 +172,12 @@ class EstateService:
             return self._answer("unvouched", error=to_wire(u), detail=str(u))
         except EstateError as e:
             return self._answer("ran", error=to_wire(e))
+        except Exception as e:  # noqa: BLE001 - a caller always gets an answer, never a traceback
+            _log.error("estate_call_failed", op=call.op, error=f"{type(e).__name__}: {e}")
+            if kind == "write":  # it may have been appended: only the ledger can tell (ES-35)
+                lost = OutcomeUnknown(call.op_id or "", f"{type(e).__name__}: {e}")
+                return self._answer("unvouched", error=to_wire(lost), detail=str(lost))
+            return self._answer("ran_nothing", reason="failed", detail=f"{type(e).__name__}: {e}")
 
     async def _wait_floor(self, domain: str, call: Call) -> None:
         applier = self.appliers[domain]

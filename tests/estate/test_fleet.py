@@ -260,6 +260,44 @@ def test_a_killed_node_replays_from_its_rows_and_matches_its_peers(fleet: Fleet)
         assert c.get("/work", params={"text": "while", "limit": 100}).json()["count"] == 20
 
 
+def test_losing_the_log_leader_member_stops_nothing_for_long(fleet: Fleet) -> None:
+    """Kill -9 the NATS member leading the tracker log: after the election the same op id lands once."""
+
+    async def leader() -> str:
+        nc = await nats.connect(servers=fleet.cluster.urls.split(","))
+        try:
+            info = await nc.jetstream().stream_info("CREWLET_TRACKER_LOG")
+            return str(info.cluster.leader if info.cluster else "")
+        finally:
+            await nc.close()
+
+    victim = asyncio.run(leader())
+    assert victim in ("n1", "n2", "n3")
+    fleet.cluster.kill(victim)
+    try:
+        with fleet.api("d1") as a:
+            body: dict[str, Any] = {"project": "ENG", "title": "Written across an election"}
+            deadline = time.monotonic() + 60
+            while True:
+                r = a.post("/work", json=body)
+                if r.status_code == 201:
+                    break
+                assert r.status_code == 503, r.text  # no_quorum / unknown while the log elects a leader
+                body["op_id"] = r.json()["detail"].get("op_id") or body.get("op_id")
+                assert time.monotonic() < deadline, r.text
+                time.sleep(0.5)
+            token = r.json()["position_token"]
+        for name in ("d2", "d3"):
+            with fleet.api(name) as api:
+                got = api.get("/work", params={"text": "election", "min_position": token})
+                assert got.status_code == 200 and got.json()["count"] == 1, got.text
+    finally:
+        fleet.cluster.start(victim)
+        fleet.cluster.wait_ready()
+    digests = _digests_when_level(fleet, ["d1", "d2", "d3"], timeout=30)
+    assert len(set(digests.values())) == 1, digests
+
+
 def test_with_every_data_node_gone_nobody_answered_names_each(fleet: Fleet) -> None:
     for n in fleet.nodes.values():
         n.signal(9)
