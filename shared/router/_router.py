@@ -258,6 +258,14 @@ class EstateRouter(EstateCalls):
                 continue
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError) as e:
                 replies.append(NodeReply(target, "broker_unreachable", type(e).__name__))
+                continue  # the request never left this process: nothing ran
+            except (nats.errors.Error, AnswerTooLarge) as e:
+                replies.append(NodeReply(target, "broker_unreachable", f"{type(e).__name__}: {e}"))
+                if kind == "write" and domain == "pages":
+                    assert op_id is not None
+                    raise OutcomeUnknown(
+                        op_id, f"{target}: {type(e).__name__}; a knowledge write is never sent twice"
+                    ) from None
                 continue
             self._silent.pop(target, None)
             if ans.status == "ran":
