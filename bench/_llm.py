@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> None:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out as two writes; with Nagle on, the body waits for the client's
+        # delayed ACK (~40 ms per answer on loopback).
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
             pass
