@@ -33,23 +33,23 @@ _open_lock = asyncio.Lock()
 
 
 async def object_store_of(ctx: NodeContext) -> objects.ObjectStore:
-    """Return the node's object store (``ctx.extras["objects"]``), opening and claiming it on first use.
+    """Return the node's object store (``ctx.objects``, opened and claimed at boot by the node runner).
+
+    A context without one (a test harness, a runner that skipped it) opens and claims it here on first
+    use and keeps it in ``ctx.objects`` so the runner closes it at shutdown.
 
     Raises:
         ObjectsError: the store could not be opened, or another store is recorded (ES-71).
     """
-    store = ctx.extras.get("objects")
-    if isinstance(store, objects.ObjectStore):
-        return store
+    if ctx.objects is not None:
+        return ctx.objects
     async with _open_lock:
-        store = ctx.extras.get("objects")
-        if isinstance(store, objects.ObjectStore):
-            return store
-        opened = await objects.open_object_store(ctx.cfg, ctx.link)
-        if ctx.coord is not None:
-            await objects.claim_objects_slot(ctx.coord, opened)
-        ctx.extras["objects"] = opened
-        return opened
+        if ctx.objects is None:
+            opened = await objects.open_object_store(ctx.cfg, ctx.link)
+            if ctx.coord is not None:
+                await objects.claim_objects_slot(ctx.coord, opened)
+            ctx.objects = opened
+        return ctx.objects
 
 
 def _objects_error(e: objects.ObjectsError) -> Exception:
