@@ -147,6 +147,7 @@ def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
         "labels": dict(ctx.cfg.node.labels),
         "broker": ctx.cfg.broker_kind,
         "posture": ctx.posture,
+        "draining": ctx.draining,  # peers stop counting a draining node in their shares (FL-129)
         "applied_epoch": ctx.extras.get("applied_epoch", 0),
         "seats_held": len(ctx.seats_held),
         "in_flight": ctx.in_flight,
@@ -305,6 +306,13 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
         code = 1 if e.retryable else 2
         _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
     ctx.draining = True
+    if presence is not None and presence.held:
+        # Say "draining" on the presence row now, not at the next heartbeat: peers stop counting
+        # this node in their fair shares and claim each seat it releases as it goes idle, within
+        # a sweep (FL-129). Counted, its share would keep the peers full and every released seat
+        # unowned until the longest running turn ended and presence was released (FL-47).
+        with contextlib.suppress(coordination.CoordinationUnavailable):
+            await presence.renew()
     if watch_task is not None:
         watch_task.cancel()
     await watchdog.stop()  # FL-101: disarmed first; teardown may legitimately block

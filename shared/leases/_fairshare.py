@@ -3,8 +3,9 @@
 Each sweep (every 5 s) reads the ``leases`` bucket once: live presence (``node.*``) and seat leases
 (``seat.*``). Then, per placement group (seats with the same ``role.placement``):
 
-- the eligible nodes are the live nodes that run ``seats`` (FL-18: others are not in the
-  denominator; roles that are absent or malformed read as all four, FL-11) and match the group's
+- the eligible nodes are the live nodes that run ``seats`` and are not draining (FL-18: others are
+  not in the denominator; roles that are absent or malformed read as all four, FL-11; a draining
+  node's presence says ``draining``, FL-129) and match the group's
   node pin and labels (FL-57); this node always counts itself with its own labels (FL-45);
 - the group's share is ``ceil(group size / eligible nodes)`` (FL-59), spent on that group only;
 - the most constrained groups (fewest eligible nodes) are served first;
@@ -118,6 +119,11 @@ class FairShare:
             if res.startswith("node:"):
                 floor = min(floor, rec.protocol)
                 if "seats" not in rec.roles:
+                    continue
+                if rec.meta.get("draining") is True:
+                    # A draining node is handing its seats off (FL-129): counting it would keep
+                    # every peer at its share and leave each seat it releases unowned until its
+                    # presence goes, after its longest turn (FL-47 keeps it listed, not counted).
                     continue
                 labels = rec.meta.get("labels")
                 nodes[rec.node or res[5:]] = _Node(
