@@ -8,8 +8,10 @@ when the figure fails. Everything binds 127.0.0.1.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -18,11 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
+from nats.js import JetStreamContext
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
+from shared.bus import AGENT_STREAM, STREAMS
 from tests.support.cluster import NatsCluster
 from tests.support.procs import REPO, SHARED, TOKEN, NatsServer, Node, Proc, free_port, node_file, write_yaml
 
 __all__ = [
+    "AGENT_MAX_CONSUMERS",
     "AUTH",
     "KNOWLEDGE_DIR",
     "PROJECT",
@@ -38,6 +45,8 @@ __all__ = [
     "free_port",
     "handles",
     "nats_server",
+    "precreate_agent_store",
+    "precreate_agent_stream",
     "rss_mb",
     "start_bare",
     "start_llm",
@@ -115,6 +124,56 @@ def write_company(
     return write_yaml(path, doc)
 
 
+AGENT_MAX_CONSUMERS = 10_000
+"""``max_consumers`` of the ``CREWLET_AGENT`` stream the benchmark pre-creates for 1 000 seats.
+
+nats-server 2.15.1 caps a stream that does not set ``max_consumers`` at 1 000 consumers (error 10026
+"maximum consumers limit reached"). A seat has two mailboxes on ``CREWLET_AGENT``, so as the engine
+stands a company of more than 500 agent seats cannot boot. The figures at 1 000 seats pre-create the
+stream with the engine's own shape plus this limit (``Bus.provision`` adopts an existing stream of
+the same retention, subjects, replicas and age), and say so in their parameters.
+"""
+
+
+async def precreate_agent_stream(js: JetStreamContext, *, replicas: int) -> None:
+    """Create ``CREWLET_AGENT`` as ``shared.bus`` would, with ``max_consumers`` raised (see above)."""
+    spec = next(s for s in STREAMS if s.name == AGENT_STREAM)
+    await js.add_stream(
+        StreamConfig(
+            name=spec.name,
+            description=spec.holds,
+            subjects=list(spec.subjects),
+            retention=RetentionPolicy.INTEREST,
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            max_consumers=AGENT_MAX_CONSUMERS,
+        )
+    )
+
+
+def precreate_agent_store(store_dir: Path) -> None:
+    """Pre-create ``CREWLET_AGENT`` (raised ``max_consumers``) in a JetStream store an embedded broker will open.
+
+    A standalone nats-server is started on ``store_dir``, the stream created, the server stopped;
+    the node's embedded broker then finds the stream in its ``stream.store_dir``.
+    """
+    tmp = store_dir.parent / f"{store_dir.name}-precreate"
+    srv = NatsServer(tmp, name="bench-precreate")
+    try:
+
+        async def go() -> None:
+            nc = await nats.connect(srv.url)
+            try:
+                await precreate_agent_stream(nc.jetstream(), replicas=1)
+            finally:
+                await nc.close()
+
+        asyncio.run(go())
+    finally:
+        srv.stop()
+    shutil.move(str(tmp / "js"), str(store_dir))
+
+
 def nats_server(stack: contextlib.ExitStack, root: Path, *, name: str = "bench-nats") -> NatsServer:
     """Start one R1 nats-server (JetStream, the server's default sync) and register its stop."""
     srv = NatsServer(root, name=name)
@@ -172,17 +231,20 @@ def start_node(
     *,
     node_id: str,
     company: Path,
-    nats_url: str,
+    nats_url: str | None,
     replicas: int = 1,
+    coordination: str = "embedded-kv",
+    js_store: Path | None = None,
     roles: Iterable[str] = ("data", "ingress", "seats", "workers"),
     max_concurrent: int = 32,
     lease_ttl: float = 45.0,
     ready_timeout: float = 120.0,
 ) -> Node:
-    """Start one crewlet node process on an external broker (``stream.type: nats``) and wait for ``/ready``.
+    """Start one crewlet node process and wait for ``/ready``.
 
-    The node dials the broker the benchmark started, so the benchmark can watch the same KV
-    buckets and streams and publish raw floors there.
+    With ``nats_url`` the node dials the broker the benchmark started (``stream.type: nats``), so
+    the benchmark can watch the same KV buckets and streams and publish raw floors there; with
+    None it spawns its own embedded broker (``stream.type: embedded``, the ``crewlet run`` shape).
     """
     d = root / node_id
     port = free_port()
@@ -191,8 +253,10 @@ def start_node(
         node_id=node_id,
         port=port,
         node={"roles": list(roles), "max_concurrent": max_concurrent},
-        stream={"type": "nats", "url": nats_url, "replicas": replicas},
-        coordination={"type": "embedded-kv", "lease_ttl_seconds": lease_ttl},
+        stream={"type": "nats", "url": nats_url, "replicas": replicas}
+        if nats_url
+        else {"type": "embedded", "store_dir": str(js_store or "")},
+        coordination={"type": coordination, "lease_ttl_seconds": lease_ttl},
     )
     node = Node(["node", "--node", str(cfg), "--company", str(company)], dir=d, port=port)
     stack.callback(node.stop)

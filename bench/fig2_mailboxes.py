@@ -17,6 +17,10 @@ pull consumers (inbox and control, FL-77, FL-78), so one seat costs two consumer
 
 R3 consumers on an interest stream must be R3 (infra-facts S2: each is its own Raft group, about
 60 ms to create), which is why the design creates them concurrently at boot.
+
+At 1 000 seats (2 000 consumers) the stream is pre-created with ``max_consumers`` raised: nats-server
+2.15.1 caps a stream that sets none at 1 000 consumers, so as the engine stands its boot fails at
+seat 500 with 10026 "maximum consumers limit reached" (``bench/_env.py``, ``AGENT_MAX_CONSUMERS``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from shared.bus import AGENT_STREAM, Bus, control_group, control_subject, inbox_group, inbox_subject
 
 from ._ctx import Ctx
-from ._env import NatsCluster, handles, nats_server
+from ._env import AGENT_MAX_CONSUMERS, NatsCluster, handles, nats_server, precreate_agent_stream
 from ._result import Row, failed, row_from
 
 __all__ = ["run"]
@@ -54,13 +58,16 @@ async def _floor_stream(js: JetStreamContext, replicas: int) -> None:
             retention=RetentionPolicy.INTEREST,
             storage=StorageType.FILE,
             num_replicas=replicas,
+            max_consumers=AGENT_MAX_CONSUMERS,
         )
     )
 
 
-async def _fresh_agent(bus: Bus, js: JetStreamContext, replicas: int) -> None:
+async def _fresh_agent(bus: Bus, js: JetStreamContext, replicas: int, seats: int) -> None:
     with contextlib.suppress(nats.js.errors.NotFoundError):
         await js.delete_stream(AGENT_STREAM)
+    if seats > 500:  # the server's default 1 000 consumers per stream (see _env.AGENT_MAX_CONSUMERS)
+        await precreate_agent_stream(js, replicas=replicas)
     await bus.provision(replicas=replicas)
 
 
@@ -78,7 +85,7 @@ async def _sequential(
 ) -> tuple[list[float], list[float]]:
     js = nc.jetstream(timeout=30.0)
     bus = Bus(nc, js, concurrency=1)
-    await _fresh_agent(bus, js, replicas)
+    await _fresh_agent(bus, js, replicas, seats)
     await _floor_stream(js, replicas)
     fig: list[float] = []
     floor: list[float] = []
@@ -103,7 +110,7 @@ async def _concurrent(nc: Client, replicas: int, seats: int, boots: int) -> tupl
     fig: list[float] = []
     floor: list[float] = []
     for _ in range(boots):
-        await _fresh_agent(bus, js, replicas)
+        await _fresh_agent(bus, js, replicas, seats)
         fig.append(await bus.ensure_mailboxes(hs) / seats)
         await js.delete_stream(AGENT_STREAM)
         await _floor_stream(js, replicas)
@@ -165,6 +172,11 @@ def run(ctx: Ctx) -> list[Row]:
                     else:
                         k = 1 if ctx.quick else (2 if replicas == 3 and seats >= 1000 else 3)
                         params = {"boots": k, "in_flight": _GATE}
+                    if seats > 500:
+                        params["workaround"] = (
+                            f"CREWLET_AGENT pre-created with max_consumers {AGENT_MAX_CONSUMERS}: the server default "
+                            "(1 000 per stream) stops the engine's own boot at 500 seats (10026)"
+                        )
                     params.update(
                         {"seats": seats, "replicas": replicas, "consumers_per_seat": 2, "in_process": True}
                     )

@@ -142,10 +142,14 @@ async def _floor_setup(url: str) -> tuple[Client, Client, Any, Any]:
     a = await nats.connect(url)
     b = await nats.connect(url)
     js = a.jetstream()
-    await js.add_stream(StreamConfig(name="BENCH_NAK", subjects=["benchnak.>"], retention=RetentionPolicy.INTEREST))
+    await js.add_stream(
+        StreamConfig(name="BENCH_NAK", subjects=["benchnak.>"], retention=RetentionPolicy.INTEREST)
+    )
     await js.add_consumer(
         "BENCH_NAK",
-        ConsumerConfig(durable_name="nak", ack_policy=AckPolicy.EXPLICIT, ack_wait=60, filter_subject="benchnak.x"),
+        ConsumerConfig(
+            durable_name="nak", ack_policy=AckPolicy.EXPLICIT, ack_wait=60, filter_subject="benchnak.x"
+        ),
     )
     pa = await js.pull_subscribe_bind(durable="nak", stream="BENCH_NAK")
     pb = await b.jetstream().pull_subscribe_bind(durable="nak", stream="BENCH_NAK")
@@ -165,7 +169,9 @@ async def _floor_once(a: Client, pa: Any, pb: Any) -> float:
     return t1 - t0
 
 
-async def _measure(url: str, company_path: Path, store: Path, trials: int, timer: bool) -> tuple[list[float], list[float]]:
+async def _measure(
+    url: str, company_path: Path, store: Path, trials: int, timer: bool
+) -> tuple[list[float], list[float]]:
     company = load_company_file(company_path)
     seat = handles(1)[0]
     marks: dict[str, Any] = {}
@@ -190,7 +196,9 @@ async def _measure(url: str, company_path: Path, store: Path, trials: int, timer
             for k in ("t0", "t1", "seq"):
                 marks.pop(k, None)
             holder.ctx.draining = True
-            env = Envelope.new("external_notification", source="api", payload={"text": "handover", "source": "api"})
+            env = Envelope.new(
+                "external_notification", source="api", payload={"text": "handover", "source": "api"}
+            )
             published = await pub.publish_to_seat(seat, env)
             marks["seq"] = published.seq
             t0 = await _wait(marks, "t0", 10)
@@ -225,14 +233,25 @@ def run(ctx: Ctx) -> list[Row]:
         ("3a clean handover, successor's sweep on its 5 s timer", True, ctx.n(3, 12)),
         ("3b clean handover, successor sweeps at once", False, ctx.n(12, 60)),
     ):
-        params = {"trials": trials, "replicas": 1, "in_process": True, "sweep_interval_s": 5.0 if timer else None}
+        params = {
+            "trials": trials,
+            "replicas": 1,
+            "in_process": True,
+            "sweep_interval_s": 5.0 if timer else None,
+        }
         ctx.say(f"figure 3: {label} ({trials} trials)")
         try:
             with contextlib.ExitStack() as stack:
                 srv = nats_server(stack, ctx.sub(f"nats-{int(timer)}"))
-                fig, floor = asyncio.run(_measure(srv.url, company, ctx.sub(f"store-{int(timer)}"), trials, timer))
+                fig, floor = asyncio.run(
+                    _measure(srv.url, company, ctx.sub(f"store-{int(timer)}"), trials, timer)
+                )
         except Exception as e:  # noqa: BLE001
             rows.append(failed(label, "ms", f"{type(e).__name__}: {e}", params))
             continue
-        rows.append(row_from(label, "ms", [x * 1000 for x in fig], _FLOOR, [x * 1000 for x in floor], parameters=params))
+        rows.append(
+            row_from(
+                label, "ms", [x * 1000 for x in fig], _FLOOR, [x * 1000 for x in floor], parameters=params
+            )
+        )
     return rows

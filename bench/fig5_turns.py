@@ -50,7 +50,9 @@ __all__ = ["run"]
 _FLOOR_A = "bare FastAPI round trip + raw publish→fetch→ack"
 
 
-async def _cost(nats_url: str, node_url: str, bare_url: str, n: int, warmup: int) -> tuple[list[float], list[float], list[float]]:
+async def _cost(
+    nats_url: str, node_url: str, bare_url: str, n: int, warmup: int
+) -> tuple[list[float], list[float], list[float]]:
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     done: dict[str, tuple[float, str]] = {}
@@ -72,9 +74,10 @@ async def _cost(nats_url: str, node_url: str, bare_url: str, n: int, warmup: int
     bare: list[float] = []
     raw: list[float] = []
     try:
-        async with httpx.AsyncClient(base_url=node_url, headers=AUTH, timeout=30) as api, httpx.AsyncClient(
-            base_url=bare_url, timeout=30
-        ) as floor_api:
+        async with (
+            httpx.AsyncClient(base_url=node_url, headers=AUTH, timeout=30) as api,
+            httpx.AsyncClient(base_url=bare_url, timeout=30) as floor_api,
+        ):
             for i in range(warmup + n):
                 t0 = time.perf_counter()
                 r = await floor_api.get("/ping")
@@ -85,7 +88,9 @@ async def _cost(nats_url: str, node_url: str, bare_url: str, n: int, warmup: int
                 await m.ack_sync()
                 t2 = time.perf_counter()
                 t3 = time.perf_counter()
-                r = await api.post(f"/seats/{handles(1)[0]}/messages", json={"text": f"Bench message {i}\nPlease file it."})
+                r = await api.post(
+                    f"/seats/{handles(1)[0]}/messages", json={"text": f"Bench message {i}\nPlease file it."}
+                )
                 if r.status_code != 202:
                     raise RuntimeError(f"POST message answered {r.status_code}: {r.text}")
                 mid = str(r.json()["message_id"])
@@ -132,9 +137,13 @@ async def _throughput(nats_url: str, seats: int, total: int) -> list[float]:
         acks = []
         for i in range(total):
             h = hs[i % seats]
-            env = Envelope.new("external_notification", source="api", payload={"text": f"Throughput {i}", "source": "api"})
+            env = Envelope.new(
+                "external_notification", source="api", payload={"text": f"Throughput {i}", "source": "api"}
+            )
             acks.append(
-                await js.publish_async(inbox_subject(h), env.encode(), headers={"Nats-Msg-Id": env.id}, stream=AGENT_STREAM)
+                await js.publish_async(
+                    inbox_subject(h), env.encode(), headers={"Nats-Msg-Id": env.id}, stream=AGENT_STREAM
+                )
             )
         await asyncio.gather(*acks)
         deadline = time.monotonic() + 60 + total / 5
@@ -167,7 +176,13 @@ def run(ctx: Ctx) -> list[Row]:
     """Measure rows 5a and 5b."""
     rows: list[Row] = []
     n, warmup = ctx.n(15, 150), ctx.n(3, 10)
-    params_a: dict[str, Any] = {"turns": n, "warmup": warmup, "rounds": 2, "tool_calls_per_round": 1, "model_latency_s": 0}
+    params_a: dict[str, Any] = {
+        "turns": n,
+        "warmup": warmup,
+        "rounds": 2,
+        "tool_calls_per_round": 1,
+        "model_latency_s": 0,
+    }
     ctx.say(f"figure 5a: {n} turns, zero-latency model")
     try:
         with contextlib.ExitStack() as stack:
@@ -186,12 +201,29 @@ def run(ctx: Ctx) -> list[Row]:
                 "floor_publish_fetch_ack_median_ms": round(statistics.median(raw) * 1000, 3),
             }
         )
-        rows.append(row_from("5a engine cost per turn, zero-latency model", "ms", [x * 1000 for x in fig], _FLOOR_A, [x * 1000 for x in floor], parameters=params_a))
+        rows.append(
+            row_from(
+                "5a engine cost per turn, zero-latency model",
+                "ms",
+                [x * 1000 for x in fig],
+                _FLOOR_A,
+                [x * 1000 for x in floor],
+                parameters=params_a,
+            )
+        )
     except Exception as e:  # noqa: BLE001
-        rows.append(failed("5a engine cost per turn, zero-latency model", "ms", f"{type(e).__name__}: {e}", params_a))
+        rows.append(
+            failed("5a engine cost per turn, zero-latency model", "ms", f"{type(e).__name__}: {e}", params_a)
+        )
     seats, conc, delay = 40, 32, 0.2
     total = ctx.n(320, 2400)
-    params_b: dict[str, Any] = {"seats": seats, "max_concurrent": conc, "model_latency_s": delay, "turns": total, "rounds": 1}
+    params_b: dict[str, Any] = {
+        "seats": seats,
+        "max_concurrent": conc,
+        "model_latency_s": delay,
+        "turns": total,
+        "rounds": 1,
+    }
     label_b = "5b throughput, 200 ms model, max_concurrent 32"
     ctx.say(f"figure 5b: {total} turns over {seats} seats")
     try:
@@ -200,7 +232,9 @@ def run(ctx: Ctx) -> list[Row]:
             srv = nats_server(stack, root / "nats")
             llm = start_llm(stack, root, delay=delay, mode="one")
             company = write_company(root / "company" / "company.yaml", seats=seats, llm_url=llm)
-            node = start_node(stack, root, node_id="bench-b", company=company, nats_url=srv.url, max_concurrent=conc)
+            node = start_node(
+                stack, root, node_id="bench-b", company=company, nats_url=srv.url, max_concurrent=conc
+            )
             held = wait_held(node, seats, 60 + 5.0 * seats / 4)  # FL-56: 4 claims per 5 s sweep
             ctx.say(f"figure 5b: {seats} seats held after {held:.1f} s; measuring the model's round trip")
             lat = asyncio.run(_model_latency(llm, ctx.n(5, 20)))
@@ -208,7 +242,9 @@ def run(ctx: Ctx) -> list[Row]:
             finished = asyncio.run(_throughput(srv.url, seats, total))
         rates = _window_rates(finished)
         bound = [conc / x for x in lat]
-        row = row_from(label_b, "turns/s", rates, f"bound {conc} / model round trip", bound, parameters=params_b)
+        row = row_from(
+            label_b, "turns/s", rates, f"bound {conc} / model round trip", bound, parameters=params_b
+        )
         if row.floor is not None:
             row.floor = Floor(row.floor.name, conc / statistics.median(lat), p01(bound), len(lat))
             row.parameters["model_round_trip_median_ms"] = round(statistics.median(lat) * 1000, 2)

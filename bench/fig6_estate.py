@@ -48,7 +48,9 @@ __all__ = ["run"]
 
 
 async def _open(nc: Client, node_id: str, store: Path, replicas: int) -> estate.Estate:
-    est = await estate.open_estate(nc.jetstream(timeout=10.0), node_id=node_id, store_dir=store, replicas=replicas)
+    est = await estate.open_estate(
+        nc.jetstream(timeout=10.0), node_id=node_id, store_dir=store, replicas=replicas
+    )
     if not await est.wait_level(30):
         raise RuntimeError(f"{node_id}: the copy did not reach its logs' end")
     return est
@@ -57,7 +59,11 @@ async def _open(nc: Client, node_id: str, store: Path, replicas: int) -> estate.
 async def _seed(est: estate.Estate) -> None:
     for op in ("project.upsert", "space.upsert"):
         ans = await est.service.serve(
-            estate.Call(op=op, args={"key": PROJECT, "name": PROJECT}, op_id=estate.derive_op_id(f"seed-{op}-{PROJECT}", PROJECT))
+            estate.Call(
+                op=op,
+                args={"key": PROJECT, "name": PROJECT},
+                op_id=estate.derive_op_id(f"seed-{op}-{PROJECT}", PROJECT),
+            )
         )
         if ans.status != "ran" or ans.error is not None:
             raise RuntimeError(f"seeding {op}: {ans}")
@@ -65,7 +71,9 @@ async def _seed(est: estate.Estate) -> None:
 
 async def _raw_stream(nc: Client, replicas: int) -> None:
     await nc.jetstream().add_stream(
-        StreamConfig(name="BENCH_RAW", subjects=["benchraw.>"], storage=StorageType.FILE, num_replicas=replicas)
+        StreamConfig(
+            name="BENCH_RAW", subjects=["benchraw.>"], storage=StorageType.FILE, num_replicas=replicas
+        )
     )
 
 
@@ -173,25 +181,65 @@ def run(ctx: Ctx) -> list[Row]:
         with contextlib.ExitStack() as stack:
             srv = nats_server(stack, ctx.sub("nats"))
             one = asyncio.run(_single(srv.url, ctx.sub("r1"), n, reads, warmup))
-        rows.append(row_from("6a estate write until applied, 1 data node (R1)", "ms", _ms(one["write"]), "raw R1 publish", _ms(one["pub"]), parameters={**base, "replicas": 1}))
-        rparams = {"in_process": True, "reads": reads, "items": n + warmup}
-        rows.append(row_from("6d local read (stale)", "ms", _ms(one["read"]), "raw SQLite point query", _ms(one["sql"]), parameters=rparams))
         rows.append(
-            row_from("6e read with a floor (min_position)", "ms", _ms(one["read_floor"]), "raw SQLite point query", _ms(one["sql"]), parameters=rparams)
+            row_from(
+                "6a estate write until applied, 1 data node (R1)",
+                "ms",
+                _ms(one["write"]),
+                "raw R1 publish",
+                _ms(one["pub"]),
+                parameters={**base, "replicas": 1},
+            )
+        )
+        rparams = {"in_process": True, "reads": reads, "items": n + warmup}
+        rows.append(
+            row_from(
+                "6d local read (stale)",
+                "ms",
+                _ms(one["read"]),
+                "raw SQLite point query",
+                _ms(one["sql"]),
+                parameters=rparams,
+            )
+        )
+        rows.append(
+            row_from(
+                "6e read with a floor (min_position)",
+                "ms",
+                _ms(one["read_floor"]),
+                "raw SQLite point query",
+                _ms(one["sql"]),
+                parameters=rparams,
+            )
         )
     except Exception as e:  # noqa: BLE001
-        for label in ("6a estate write until applied, 1 data node (R1)", "6d local read (stale)", "6e read with a floor (min_position)"):
+        for label in (
+            "6a estate write until applied, 1 data node (R1)",
+            "6d local read (stale)",
+            "6e read with a floor (min_position)",
+        ):
             rows.append(failed(label, "ms", f"{type(e).__name__}: {e}", base))
     ctx.say(f"figure 6: {n} writes on 3 data nodes (R3)")
-    labels = ("6b estate write answered, 3 data nodes (R3)", "6c estate write applied on all 3 data nodes (R3)")
+    labels = (
+        "6b estate write answered, 3 data nodes (R3)",
+        "6c estate write applied on all 3 data nodes (R3)",
+    )
     try:
         with contextlib.ExitStack() as stack:
             cluster = NatsCluster(ctx.sub("cluster"))
             stack.callback(cluster.stop)
             three = asyncio.run(_triple([m.url for m in cluster.members], ctx.sub("r3"), n, warmup))
         p3 = {**base, "replicas": 3, "data_nodes": 3, "same_process": True}
-        rows.append(row_from(labels[0], "ms", _ms(three["answered"]), "raw R3 publish", _ms(three["pub"]), parameters=p3))
-        rows.append(row_from(labels[1], "ms", _ms(three["everywhere"]), "raw R3 publish", _ms(three["pub"]), parameters=p3))
+        rows.append(
+            row_from(
+                labels[0], "ms", _ms(three["answered"]), "raw R3 publish", _ms(three["pub"]), parameters=p3
+            )
+        )
+        rows.append(
+            row_from(
+                labels[1], "ms", _ms(three["everywhere"]), "raw R3 publish", _ms(three["pub"]), parameters=p3
+            )
+        )
     except Exception as e:  # noqa: BLE001
         rows += [failed(label, "ms", f"{type(e).__name__}: {e}", base) for label in labels]
     rows.sort(key=lambda r: r.figure)
