@@ -11,6 +11,7 @@ from typing import TypeVar
 __all__ = ["Ctx", "timed"]
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -21,13 +22,15 @@ class Ctx:
         quick: Smallest sizes and few samples (``make test``); no timing is asserted.
         root: A scratch directory for this figure (servers' stores, node dirs, logs).
         verbose: Print progress lines to stderr.
+        flags: Opt-in switches from the command line (``fig4``: measure figure 4).
     """
 
     quick: bool
     root: Path
     verbose: bool = True
+    flags: frozenset[str] = frozenset()
 
-    def n(self, quick: int, full: int) -> int:
+    def n(self, quick: N, full: N) -> N:
         """``quick`` in a quick run, else ``full``."""
         return quick if self.quick else full
 

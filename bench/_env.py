@@ -45,6 +45,7 @@ __all__ = [
     "free_port",
     "handles",
     "nats_server",
+    "node_file",
     "precreate_agent_store",
     "precreate_agent_stream",
     "rss_mb",

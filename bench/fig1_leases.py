@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import time
 from datetime import timedelta
+from typing import Any
 
 import nats
 from nats.aio.client import Client
@@ -97,7 +98,7 @@ def run(ctx: Ctx) -> list[Row]:
     rows: list[Row] = []
     for replicas in (1, 3):
         tag = f"R{replicas}"
-        params = {
+        params: dict[str, Any] = {
             "replicas": replicas,
             "samples_per_op": n,
             "warmup": warmup,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from typing import Any
 
 import nats
 import nats.js.errors
@@ -168,7 +169,7 @@ def run(ctx: Ctx) -> list[Row]:
                     label = f"2{next(letters)} mailboxes, {seats} seats, {tag}, {mode}"
                     if mode == "sequential":
                         k = 4 if (replicas == 3 and (seats >= 1000 or ctx.quick)) else 1
-                        params = {"floor_every_nth_seat": k}
+                        params: dict[str, Any] = {"floor_every_nth_seat": k}
                     else:
                         k = 1 if ctx.quick else (2 if replicas == 3 and seats >= 1000 else 3)
                         params = {"boots": k, "in_flight": _GATE}
