@@ -13,7 +13,9 @@ prefetch, serial per seat) and hands it to :meth:`Dispatcher.handle`, which pass
 7. one ``node.max_concurrent`` slot (FL-14), then the turn, fenced before every round and every
    write-capable tool call (FL-74), with ``in_progress`` keepalives for a long turn (FL-83);
 8. the ledger rows are written after the turn's side effects, then the delivery is acked — or, when
-   the turn asks for redelivery (fenced, provider unavailable before any effect), NAKed.
+   the turn asks for redelivery (fenced, provider unavailable before any effect), NAKed. Nothing is
+   written once the seat's epoch no longer certainly holds (``turn_commit_fenced``): a node that
+   lost the seat mid-turn leaves the delivery to the successor.
 
 Steps 7 and 8 are logged ``seat_turn_admitted`` and ``seat_turn_committed`` (seat, lease epoch,
 turn id, stream sequence, event ids), and a ledger skip carries the same ids, so a fleet's history
@@ -223,6 +225,20 @@ class Dispatcher:
                     )
             finally:
                 ctx.in_flight -= 1
+        if host is not None and not host.holds(handle, epoch):
+            # The seat moved while the turn ran (a stopped or cut-off node: a zombie). Whatever this
+            # node wrote now (the ledger rows, the message's status) would land under a superseded
+            # epoch, over what the successor did with the same delivery: write nothing, leave the
+            # delivery to the successor (its NAK is fenced too). Issue 5: nothing a zombie writes lands.
+            _log.warning(
+                "turn_commit_fenced",
+                seat=handle,
+                epoch=epoch,
+                turn_id=turn_id,
+                stream_seq=d.stream_seq,
+                outcome=result.outcome,
+            )
+            raise Deferred()
         if result.redeliver:
             await self._set_message(trigger.payload, status="queued", error=result.error)
             raise TurnRedelivery(f"turn {turn_id} {result.outcome}: {result.error_kind or ''}")
