@@ -35,13 +35,14 @@ from shared.config import (
     read_yaml_mapping,
 )
 
-from . import fleet_status
+from . import fleet_status, knowledge_cli
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="crewlet: run an AI agent company.")
 fleet_app = typer.Typer(no_args_is_help=True, help="Fleet surfaces.")
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(knowledge_cli.app, name="knowledge")
 
 EXIT_INVALID = 2
 _NODE_KEYS = {"node", "stream", "coordination", "store", "api", "telemetry", "logging"}

@@ -37,7 +37,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from shared import broker, coordination, leases, logs, objects, records, telemetry
+from shared import broker, coordination, leases, logs, objects, records, router, telemetry
 from shared.bus import Bus
 from shared.config import ALL_ROLES, NodeConfig
 from shared.errors import CrewletError
@@ -82,10 +82,19 @@ def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
     for role in roles:
         if role.router is not None:
             app.include_router(role.router)
-    if "ingress" in ctx.cfg.roles:
-        app.mount(
-            "/metrics", telemetry.metrics_app()
-        )  # Prometheus text; probes only on nodes without ingress
+    if "ingress" in ctx.cfg.roles:  # Prometheus text; nodes without ingress serve only probes (FL-16)
+        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+        from starlette.responses import Response
+
+        turn_registry = telemetry.default_metrics().registry
+
+        @app.get("/metrics", include_in_schema=False)
+        def metrics() -> Response:
+            body = generate_latest(turn_registry)
+            if turn_registry is not REGISTRY:  # the alarm gauges and process metrics live there
+                body += generate_latest(REGISTRY)
+            return Response(body, media_type=CONTENT_TYPE_LATEST)
+
     app.state.ctx = ctx
     return app
 
@@ -258,6 +267,7 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
         if not stop.is_set():
             ctx.link = await broker.open_broker(cfg)
             ctx.coord = await _open_coordination(ctx)
+            router.open_router(ctx)  # every node reaches the estate through it (ES-32)
             ctx.objects = await objects.open_object_store(cfg, ctx.link)  # ES-70, ES-72, ES-73
             await objects.claim_objects_slot(
                 ctx.coord, ctx.objects

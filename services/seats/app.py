@@ -12,8 +12,6 @@ The node runner has already created every seat's mailbox (FL-78) and put the bus
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -115,29 +113,7 @@ def service(ctx: NodeContext) -> RoleService:
         host: SeatHost | None = state.get("host")
         if host is None:
             return
-        # Bug fix (a drained turn was fenced mid-turn): SeatHost.stop cancels the heartbeat before
-        # its voluntary releases wait for the running turns, so the leases stop being renewed.
-        # One heartbeat (TTL/3) later the in-turn fence (FL-74) stopped the running turn as
-        # ``fenced``; one TTL later even its NAK was fenced, leaving the delivery to wait out the
-        # whole ack window (30 min). Keep renewing what is still held until every release is
-        # done, so a drained turn finishes and is acked (FL-65, FL-129).
-        interval = host.heartbeat - min(0.5, host.heartbeat * 0.05)  # the heartbeat loop's pace
-
-        async def keep_renewing() -> None:
-            while True:
-                try:
-                    await host.renew_all()
-                except Exception as e:  # noqa: BLE001 - the drain must not die of one failed renew
-                    _log.warning("seat_drain_renew_failed", error=f"{type(e).__name__}: {e}")
-                await asyncio.sleep(interval)
-
-        renewer = asyncio.create_task(keep_renewing(), name="seat-drain-renew")
-        try:
-            await host.stop(reason="drain")
-        finally:
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+        await host.stop(reason="drain")  # renews until every voluntary release is done (FL-65)
 
     async def stop(ctx: NodeContext) -> None:
         provs = state.get("providers")

@@ -493,11 +493,24 @@ class SeatHost:
         """Stop the loops and release every held seat (voluntary for ``drain``), concurrently.
 
         Undead seats are left to lapse at the TTL: only a restart frees them (FL-68).
+
+        Order matters (FL-65, FL-129): the placement sweep stops first (no new claims); the
+        heartbeat keeps renewing while the voluntary releases wait for their running turns —
+        otherwise a drained turn would trip its in-turn fence one heartbeat later and its NAK
+        would be fenced after a TTL — and stops only once every seat is released.
         """
         tasks, self._tasks = self._tasks, []
-        for task in tasks:
+        heartbeat = [t for t in tasks if t.get_name() == "seat-heartbeat"]
+        others = [t for t in tasks if t not in heartbeat]
+        for task in others:
             task.cancel()
-        for task in tasks:
+        for task in others:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await asyncio.gather(*(self.release(h, reason) for h in list(self._held)))
+        try:
+            await asyncio.gather(*(self.release(h, reason) for h in list(self._held)))
+        finally:
+            for task in heartbeat:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task

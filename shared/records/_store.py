@@ -59,6 +59,7 @@ _FILTERS = ("seat", "work_item", "work_key", "outcome")
 
 
 def _jsonable(value: Any) -> Any:
+    """Round-trip through JSON (dataclass leftovers become strings)."""
     return json.loads(json.dumps(value, default=str))
 
 
@@ -80,7 +81,12 @@ class TurnStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
-        self._running: dict[str, dict[str, Any]] = {}
+            # a turn still "running" in the file belongs to a previous incarnation of this node that
+            # died mid-turn; its delivery is redelivered (and worked again) elsewhere
+            self._db.execute(
+                "UPDATE turns SET outcome = 'abandoned', error = 'the node stopped during the turn' "
+                "WHERE outcome = 'running'"
+            )
 
     def close(self) -> None:
         """Close the file."""

@@ -98,7 +98,7 @@ def test_github_issue_opened_golden_path(start_node: Callable[..., Node], tmp_pa
         r = post_github(node, delivery=delivery)
         assert r.status_code == 200 and r.json()["status"] == "duplicate", r.text
         assert broker.last_seq() == published
-        metrics = node.get("/metrics/").text  # "/metrics" answers 307 to "/metrics/" (a mount)
+        metrics = node.get("/metrics").text
         assert 'crewlet_turns_total{outcome="delivered",seat="triage"} 1.0' in metrics
         assert 'crewlet_turns_total{outcome="delivered",seat="lead"} 1.0' in metrics
 

@@ -139,7 +139,9 @@ def test_killed_mid_turn_is_redelivered_and_worked_once(
         broker = Broker(tmp_path / "n" / "store")
 
         def completed() -> list[dict[str, Any]] | None:
-            rows = [t for t in turns_of(second, seat="triage") if t["outcome"] != "running"]
+            rows = [
+                t for t in turns_of(second, seat="triage") if t["outcome"] not in ("running", "abandoned")
+            ]
             return rows or None
 
         # redelivered after the ack window (5 s) once the dead incarnation's lease lapsed (3 s)
@@ -148,8 +150,8 @@ def test_killed_mid_turn_is_redelivered_and_worked_once(
         assert done["work_key"] == running["work_key"] and done["turn_id"] != running["turn_id"]
         rows = turns_of(second, seat="triage")
         assert sorted((t["turn_id"], t["outcome"]) for t in rows) == sorted(
-            [(running["turn_id"], "running"), (done["turn_id"], "delivered")]
-        )  # the dead incarnation's row stays as it was left, in the same node.db
+            [(running["turn_id"], "abandoned"), (done["turn_id"], "delivered")]
+        )  # the dead incarnation's row, in the same node.db, is marked abandoned when the node reopens it
         redelivery = llm.requests("triage")[1].body
         assert OPENAI.results(redelivery) == []  # a fresh turn, not a continuation
         assert second.get("/work?project=SUP").json()["count"] == 1
@@ -186,7 +188,7 @@ def test_killed_mid_turn_is_redelivered_and_worked_once(
         ]
         wait_for("the copy acked", lambda: broker.inbox("triage")["ack_pending"] == 0)
         assert len(llm.requests()) == requests
-        assert [t["turn_id"] for t in turns_of(second, seat="triage") if t["outcome"] != "running"] == [
+        assert [t["turn_id"] for t in turns_of(second, seat="triage") if t["outcome"] != "abandoned"] == [
             done["turn_id"]
         ]
         assert second.get("/work?project=SUP").json()["count"] == 1

@@ -112,7 +112,7 @@ def test_failing_provider_fails_the_turn_and_loses_nothing(
         state = wait_for("the inbox drained", drained)
         assert state["pending"] == 0
         assert state["delivered"] == 2 * len(FAILURES) + 1
-        failures = node.get("/metrics/").text
+        failures = node.get("/metrics").text
         assert (
             f'crewlet_turn_failures_total{{error_kind="llm_unavailable",seat="triage"}} {len(FAILURES)}.0'
             in failures

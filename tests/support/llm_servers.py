@@ -78,6 +78,7 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else each small reply stalls ~40 ms on delayed ACK
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
                 pass
