@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import statistics
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -89,7 +90,11 @@ async def _node(name: str, url: str, company: Any, seat: str, store: Path, marks
     attach = bus.attach
 
     async def attach_timed(handle: str, epoch: int, **kw: Any) -> Mailbox:
+        if "t0" in marks and "claimed" not in marks:
+            marks["claimed"] = time.perf_counter()  # on_acquire: the lease is ours
         box = await attach(handle, epoch, **kw)
+        if "t0" in marks and "attached" not in marks:
+            marks["attached"] = time.perf_counter()
         fetch_one, nak = box._fetch_one, box.nak
 
         async def fetch_timed(wait: float) -> Delivery | None:
@@ -169,8 +174,11 @@ async def _floor_once(a: Client, pa: Any, pb: Any) -> float:
     return t1 - t0
 
 
+_PHASES = ("nak_to_released", "released_to_claimed", "claimed_to_attached", "attached_to_delivery")
+
+
 async def _measure(
-    url: str, company_path: Path, store: Path, trials: int, timer: bool
+    url: str, company_path: Path, store: Path, trials: int, timer: bool, phases: dict[str, list[float]]
 ) -> tuple[list[float], list[float]]:
     company = load_company_file(company_path)
     seat = handles(1)[0]
@@ -182,6 +190,7 @@ async def _measure(
     holder, successor = a, b
     fig: list[float] = []
     floor: list[float] = []
+    phases.update({k: [] for k in _PHASES})
     try:
         await holder.host.sweep()
         if seat not in holder.disp.boxes:
@@ -193,7 +202,7 @@ async def _measure(
             if timer:  # a drain comes at any phase of the successor's sweep timer
                 await asyncio.sleep(rng.uniform(0.0, 5.0))
             floor.append(await _floor_once(fa, pa, pb))
-            for k in ("t0", "t1", "seq"):
+            for k in ("t0", "t1", "seq", "claimed", "attached"):
                 marks.pop(k, None)
             holder.ctx.draining = True
             env = Envelope.new(
@@ -203,11 +212,16 @@ async def _measure(
             marks["seq"] = published.seq
             t0 = await _wait(marks, "t0", 10)
             await holder.host.stop(reason="drain")
+            released = time.perf_counter()
             holder.ctx.draining = False
             if not timer:
                 await successor.host.sweep()
             t1 = await _wait(marks, "t1", 20)
             fig.append(t1 - t0)
+            phases["nak_to_released"].append(released - t0)
+            phases["released_to_claimed"].append(marks["claimed"] - released)
+            phases["claimed_to_attached"].append(marks["attached"] - marks["claimed"])
+            phases["attached_to_delivery"].append(t1 - marks["attached"])
             for _ in range(2000):  # the successor acks it (ledger: already worked)
                 if (await successor.bus.state(seat)).ack_pending == 0:
                     break
@@ -233,7 +247,7 @@ def run(ctx: Ctx) -> list[Row]:
         ("3a clean handover, successor's sweep on its 5 s timer", True, ctx.n(3, 12)),
         ("3b clean handover, successor sweeps at once", False, ctx.n(12, 60)),
     ):
-        params = {
+        params: dict[str, Any] = {
             "trials": trials,
             "replicas": 1,
             "in_process": True,
@@ -243,12 +257,16 @@ def run(ctx: Ctx) -> list[Row]:
         try:
             with contextlib.ExitStack() as stack:
                 srv = nats_server(stack, ctx.sub(f"nats-{int(timer)}"))
+                phases: dict[str, list[float]] = {}
                 fig, floor = asyncio.run(
-                    _measure(srv.url, company, ctx.sub(f"store-{int(timer)}"), trials, timer)
+                    _measure(srv.url, company, ctx.sub(f"store-{int(timer)}"), trials, timer, phases)
                 )
         except Exception as e:  # noqa: BLE001
             rows.append(failed(label, "ms", f"{type(e).__name__}: {e}", params))
             continue
+        params["phase_medians_ms"] = {
+            k: round(statistics.median(v) * 1000, 3) for k, v in phases.items() if v
+        }
         rows.append(
             row_from(
                 label, "ms", [x * 1000 for x in fig], _FLOOR, [x * 1000 for x in floor], parameters=params
