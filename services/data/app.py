@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared import estate, logs
+from shared import estate, leases, logs
 from shared.router import RpcServer
 from shared.runtime import NodeContext, RoleService
 
@@ -53,6 +53,15 @@ def service(ctx: NodeContext) -> RoleService:
                 events.record(ev)
 
         est.service.on_write = on_write
+        coord = ctx.coord
+
+        async def fence_check(seat: str, epoch: int) -> bool:
+            # FL-74: a seat's write under an epoch older than the seat's current one is refused
+            assert coord is not None
+            return await leases.check_epoch(coord, seat, epoch)
+
+        if coord is not None:
+            est.service.fence_check = fence_check
         held["estate"] = est
         ctx.extras["estate"] = est
         server = RpcServer(ctx.link.nc, node_id=ctx.node_id, handler=est.service.serve)

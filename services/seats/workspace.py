@@ -2,7 +2,7 @@
 
 Every write is authored by the seat (``author: seat:<handle>``, ``author_kind: agent``) and carries
 the seat's lease epoch, so a data node can refuse a write made under an epoch the seat no longer
-holds (FL-74). Estate errors become the workspace errors the model sees as tool errors; "nobody
+holds (FL-74): the router wrapper :class:`~shared.router.SeatCalls` adds it. Estate errors become the workspace errors the model sees as tool errors; "nobody
 answered" and an unknown outcome become :class:`WorkspaceUnavailable`.
 
 Tracker wakes (CO-10) are published here, by the writer, once the write has landed: an assignee
@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shared import estate, objects
-from shared.router import EstateRouter, NobodyAnswered, RouterError
+from shared.router import EstateCalls, NobodyAnswered, RouterError, SeatCalls
 from shared.tools import (
     WorkspaceConflict,
     WorkspaceError,
@@ -34,6 +34,8 @@ Wake = Callable[[str, str, str], Awaitable[None]]
 
 
 def _translate(e: Exception) -> WorkspaceError:
+    if isinstance(e, estate.Fenced):
+        return WorkspaceRefused(f"{e}; this turn no longer holds its seat", "seat")
     if isinstance(e, estate.NotFound):
         return WorkspaceNotFound(str(e), getattr(e, "what", None))
     if isinstance(e, estate.VersionConflict):
@@ -72,7 +74,7 @@ class RouterWorkspace:
 
     def __init__(
         self,
-        router: EstateRouter,
+        router: EstateCalls,
         store: objects.ObjectStore | None,
         *,
         seat: str,
@@ -80,7 +82,7 @@ class RouterWorkspace:
         agent_seats: set[str],
         wake: Wake | None,
     ) -> None:
-        self._r = router
+        self._r = SeatCalls(router, seat=seat, epoch=epoch)  # every write carries the epoch (FL-74)
         self._store = store
         self._seat = seat
         self._epoch = epoch

@@ -157,6 +157,29 @@ class OpReused(EstateUsageError):
         return {"op_id": self.op_id, "position": self.position, "object_id": self.object_id}
 
 
+class Fenced(EstateUsageError):
+    """A write made for a seat under an epoch older than the seat's current one (FL-74).
+
+    The writer lost the seat (a zombie after a pause, or a turn that outlived its lease); the write
+    is refused by the data node before anything is appended. Not retryable: the writer must stop.
+
+    Attributes:
+        seat: The seat the write was made for.
+        epoch: The epoch it carried.
+    """
+
+    code = "fenced"
+
+    def __init__(self, seat: str, epoch: int) -> None:
+        self.seat = seat
+        self.epoch = epoch
+        super().__init__(f"seat {seat!r} is no longer held at epoch {epoch}: the write is refused (fenced)")
+
+    def wire(self) -> dict[str, Any]:
+        """See :meth:`EstateError.wire`."""
+        return {"seat": self.seat, "epoch": self.epoch}
+
+
 class TooLarge(EstateUsageError):
     """A value over its size limit.
 
@@ -252,6 +275,9 @@ def from_wire(data: dict[str, Any]) -> EstateError:
         err = OpReused(
             str(data.get("op_id", "")), str(data.get("position", "")), str(data.get("object_id", ""))
         )
+    elif code == "fenced":
+        ep = data.get("epoch")
+        err = Fenced(str(data.get("seat", "")), ep if isinstance(ep, int) else 0)
     elif code == "too_large":
         err = TooLarge(str(data.get("field", "")), int(data.get("limit", 0)), int(data.get("size", 0)))
     elif code == "refused":

@@ -10,7 +10,7 @@ Every call then waits up to 2 s for the asker's floors and ``min_position`` (ES-
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from shared import logs
 from . import _files, _pages, _pages_read, _tracker, _tracker_read
 from ._applier import Applier
 from ._decide import DecideCtx, Decision, Rules, ViewFn
-from ._errors import EstateError, InvalidField, OutcomeUnknown, Refused, to_wire
+from ._errors import EstateError, Fenced, InvalidField, OutcomeUnknown, Refused, to_wire
 from ._ids import GENERATION, Position, mint_op_id, validate_op_id
 from ._log import StateLog
 from ._protocol import OPS, Answer, Call, Status
@@ -93,6 +93,11 @@ class EstateService:
         self._writes = _writes()
         self._not_served_logged: set[str] = set()
         self.on_write: Callable[[str, Call, dict[str, Any]], None] | None = None
+        self.fence_check: Callable[[str, int], Awaitable[bool]] | None = None
+        """Set by the data role: ``fence_check(seat, epoch)`` is True while ``epoch`` may still write
+        for ``seat`` (FL-74). A write whose args carry ``fence: {seat, epoch}`` is refused as
+        :class:`Fenced` when it answers False; the check raising (the store could not be asked)
+        refuses it retryably (``fence_unknown``)."""
         self._reads: dict[str, ReadFn] = {
             "work.list": _tracker_read.list_items,
             "work.get": _tracker_read.get_item,
@@ -138,6 +143,24 @@ class EstateService:
     def _answer(self, status: Status, **kw: Any) -> Answer:
         return Answer(status=status, node=self.node_id, positions=self.positions(), **kw)
 
+    async def _check_fence(self, call: Call) -> None:
+        """Refuse a seat's write made under an epoch it no longer holds (FL-74), before anything is appended."""
+        fence = call.args.pop("fence", None)
+        if not isinstance(fence, dict) or self.fence_check is None:
+            return
+        seat, epoch = str(fence.get("seat", "")), fence.get("epoch")
+        if not isinstance(epoch, int):
+            raise InvalidField("fence.epoch", "must be the seat's lease epoch (an integer)")
+        try:
+            ok = await self.fence_check(seat, epoch)
+        except Exception as e:  # noqa: BLE001 - unknown: refuse retryably, never let a zombie through
+            raise Refused(
+                "fence_unknown", f"cannot check seat {seat!r}'s epoch: {e}", retry_after=1.0
+            ) from None
+        if not ok:
+            _log.warning("estate_write_fenced", seat=seat, epoch=epoch, op=call.op, op_id=call.op_id)
+            raise Fenced(seat, epoch)
+
     async def serve(self, call: Call) -> Answer:
         """Run one call against this copy; never raises for a refusal (it is in the answer)."""
         spec = OPS.get(call.op)
@@ -162,6 +185,7 @@ class EstateService:
         try:
             if kind == "write":
                 assert domain is not None
+                await self._check_fence(call)
                 result = await self._write(call, domain)
             else:
                 result = await self._read(call, domain)

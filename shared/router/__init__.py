@@ -6,6 +6,7 @@ nodes over NATS request/reply on ``crewlet.estate.rpc.<node_id>`` (:class:`RpcSe
 
 from ._api import EstateCalls, failed_search
 from ._errors import AnswerTooLarge, NobodyAnswered, NodeReply, RouterError
+from ._fenced import SeatCalls
 from ._open import open_router, router_of
 from ._router import READ_WAIT, SILENT_DEMOTION, WRITE_WAIT, EstateRouter, LocalEstate
 from ._server import RpcServer
@@ -23,6 +24,7 @@ __all__ = [
     "NodeReply",
     "RouterError",
     "RpcServer",
+    "SeatCalls",
     "decode_answer",
     "decode_call",
     "encode_answer",
