@@ -19,5 +19,5 @@ def upstream_dir() -> Path:
     """The upstream crewlet example documents, used as they are."""
     path = shared_dir() / "data" / "upstream-examples"
     if not path.is_dir():
-        pytest.skip(f"shared data not found at {path}")
+        pytest.fail(f"shared data not found at {path}: the repository must sit beside ../shared")
     return path
