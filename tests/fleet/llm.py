@@ -1,0 +1,143 @@
+"""A scripted OpenAI-compatible model for fleet tests: every seat, every turn, from one rule.
+
+A turn is one or two rounds: the first round answers with text (or, for a seat told to, with one
+``create_work_item`` call carrying the trigger's text as the title), the round after a tool result
+answers with text. Each seat's first round can be delayed, so a turn takes a few seconds and a
+test can act while it runs. Requests are kept (seat, round, arrival time) so a test can wait for a
+turn to be under way. The builders and :class:`~tests.support.llm_servers.Reply` come from
+:mod:`tests.support.llm_servers`; only the choice of reply is per request here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.support.llm_servers import Reply, openai_text, openai_tools
+
+__all__ = ["FleetLLM", "Request"]
+
+_HANDLE = re.compile(r"\(handle `([a-z0-9_-]+)`\)")
+
+
+@dataclass(frozen=True)
+class Request:
+    """One model call the server received."""
+
+    seat: str
+    first_round: bool
+    text: str
+    at: float
+
+
+class FleetLLM:
+    """A loopback Chat Completions server (``POST /v1/chat/completions``) answering by rule.
+
+    Attributes:
+        delays: Seat → seconds to wait before answering that seat's first round (default 0).
+        tool_seats: Seats whose first round calls ``create_work_item`` (project ``SUP``).
+    """
+
+    def __init__(self) -> None:
+        self.delays: dict[str, float] = {}
+        self.tool_seats: set[str] = set()
+        self.seen: list[Request] = []
+        self._cond = threading.Condition()
+        self._stopping = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    body = json.loads(raw)
+                    reply, delay = server._answer(body)
+                except (ValueError, KeyError, IndexError, TypeError) as e:
+                    reply, delay = Reply({"error": {"message": f"bad request: {e}"}}, status=400), 0.0
+                if delay and server._stopping.wait(delay):
+                    return
+                data = json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the asking node was killed
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        """The provider entry's ``base_url``: ``http://127.0.0.1:<port>/v1``."""
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def entry(self) -> dict[str, Any]:
+        """The ``providers.llm`` entry that points a company at this server."""
+        return {
+            "type": "openai-compatible",
+            "model": "fleet-model",
+            "base_url": self.base_url,
+            "api_keys": ["fleet-test-key"],
+        }
+
+    def _answer(self, body: dict[str, Any]) -> tuple[Reply, float]:
+        messages = body["messages"]
+        match = _HANDLE.search(str(messages[0]["content"]))
+        seat = match.group(1) if match else "?"
+        first = messages[-1].get("role") != "tool"
+        text = str(messages[-1].get("content") or "")
+        with self._cond:
+            self.seen.append(Request(seat, first, text, time.monotonic()))
+            self._cond.notify_all()
+        if not first:
+            return openai_text(f"done for {seat}"), 0.0
+        delay = self.delays.get(seat, 0.0)
+        if seat in self.tool_seats:
+            title = text.strip().splitlines()[-1][:200] if text.strip() else "fleet work"
+            return openai_tools(("create_work_item", {"project": "SUP", "title": title})), delay
+        return openai_text(f"answered by {seat}"), delay
+
+    def requests(self, seat: str | None = None) -> list[Request]:
+        """The requests so far (of one seat, or all), in arrival order."""
+        with self._cond:
+            return [r for r in self.seen if seat is None or r.seat == seat]
+
+    def wait_first_round(self, seat: str, after: int, timeout: float = 30.0) -> Request:
+        """Wait for ``seat``'s next first-round request beyond the first ``after`` of its requests.
+
+        Raises:
+            AssertionError: none came within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                got = [r for r in self.seen if r.seat == seat][after:]
+                firsts = [r for r in got if r.first_round]
+                if firsts:
+                    return firsts[0]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no turn of {seat} reached the model within {timeout} s")
+                self._cond.wait(left)
+
+    def stop(self) -> None:
+        """Stop serving (cuts any delay short)."""
+        self._stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
