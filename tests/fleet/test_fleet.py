@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -266,8 +267,6 @@ def test_sigstop_past_the_ttl_then_sigcont_lands_nothing_and_converges(fleet: Fl
 
 
 def _ts(e: dict[str, Any]) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(str(e["timestamp"])).timestamp()
 
 
