@@ -106,7 +106,7 @@ class NatsCoordination(Coordination):
 
     async def get(self, slot: Slot, key: str) -> Entry | None:
         """See :meth:`Coordination.get`."""
-        kv = self._kv(slot)
+        self._kv(slot)
         spec = self._buckets[slot][0]
         try:
             msg = await self._js.get_msg(f"KV_{spec.bucket}", subject=f"$KV.{spec.bucket}.{key}")
@@ -114,7 +114,6 @@ class NatsCoordination(Coordination):
             return None
         except Exception as e:  # noqa: BLE001 - every library error is translated here
             raise self._translate(e, key, 0, write=False) from None
-        del kv
         headers = msg.headers or {}
         if msg.data is None or headers.get(_KV_OP) in ("DEL", "PURGE") or headers.get("Nats-Marker-Reason"):
             return None  # deleted, purged, or an expiry marker (infra-facts N7)
@@ -122,8 +121,9 @@ class NatsCoordination(Coordination):
 
     async def create(self, slot: Slot, key: str, value: bytes) -> int:
         """See :meth:`Coordination.create`."""
+        kv = self._kv(slot)  # an unknown slot is the caller's mistake (ValueError), not "unknown"
         try:
-            return int(await self._kv(slot).create(key, value))
+            return int(await kv.create(key, value))
         except Exception as e:  # noqa: BLE001
             raise self._translate(e, key, 0, write=True) from None
 
@@ -131,25 +131,28 @@ class NatsCoordination(Coordination):
         """See :meth:`Coordination.update`."""
         if revision == 0:
             return await self.create(slot, key, value)
+        kv = self._kv(slot)
         try:
-            return int(await self._kv(slot).update(key, value, last=revision))
+            return int(await kv.update(key, value, last=revision))
         except Exception as e:  # noqa: BLE001
             raise self._translate(e, key, revision, write=True) from None
 
     async def put(self, slot: Slot, key: str, value: bytes) -> int:
         """See :meth:`Coordination.put`."""
+        kv = self._kv(slot)
         try:
-            return int(await self._kv(slot).put(key, value))
+            return int(await kv.put(key, value))
         except Exception as e:  # noqa: BLE001
             raise self._translate(e, key, -1, write=True) from None
 
     async def delete(self, slot: Slot, key: str, *, revision: int | None = None) -> bool:
         """See :meth:`Coordination.delete`."""
+        kv = self._kv(slot)
         present = await self.get(slot, key)
         if present is None and revision is None:
             return False
         try:
-            await self._kv(slot).delete(key, last=revision)
+            await kv.delete(key, last=revision)
         except Exception as e:  # noqa: BLE001
             raise self._translate(e, key, revision or 0, write=True) from None
         return present is not None
