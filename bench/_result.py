@@ -184,7 +184,7 @@ def render_table(rows: Sequence[Row]) -> str:
             continue
         f = r.floor
         assert f is not None
-        ratio = f"×{r.ratio:.1f}" if r.ratio is not None else "—"
+        ratio = f"×{_num(r.ratio)}" if r.ratio is not None else "—"
         lines.append(
             f"| {r.figure} | {r.unit} | {_num(r.median)} | {_num(r.p99)} | {f.name} | "
             f"{_num(f.median)} | {_num(f.p99)} | {ratio} |"
