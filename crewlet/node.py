@@ -111,6 +111,34 @@ async def _open_coordination(ctx: NodeContext) -> coordination.Coordination:
     )
 
 
+async def _open_objects(ctx: NodeContext) -> objects.ObjectStore:
+    """Open the object store and claim the ``objects`` slot (ES-70..ES-73, ES-71/FL-5).
+
+    A node configured with another store than the one recorded refuses to boot, naming both
+    (:class:`~shared.objects.ObjectStoreMismatch`, not retried). "Unknown" answers while a freshly
+    created bucket elects its leader (several nodes booting at once) are retried inside the
+    provisioning budget (FL-28: 30 s solo, 2 min clustered).
+    """
+    cfg = ctx.cfg
+    assert ctx.coord is not None
+    budget = 120.0 if (cfg.clustered or cfg.stream.replicas > 1) else 30.0
+    deadline = asyncio.get_running_loop().time() + budget
+    store: objects.ObjectStore | None = None
+    while True:
+        try:
+            if store is None:
+                store = await objects.open_object_store(cfg, ctx.link)
+            await objects.claim_objects_slot(ctx.coord, store)
+            return store
+        except (objects.ObjectStoreUnavailable, coordination.CoordinationUnavailable) as e:
+            if asyncio.get_running_loop().time() > deadline:
+                if store is not None:
+                    await store.close()
+                raise
+            _log.info("objects_store_retry", error=str(e))
+            await asyncio.sleep(0.5)
+
+
 async def _open_bus(ctx: NodeContext) -> Bus:
     """Provision the bus streams and create every agent seat's mailbox, on every node (FL-76, FL-78).
 
@@ -268,10 +296,7 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
             ctx.link = await broker.open_broker(cfg)
             ctx.coord = await _open_coordination(ctx)
             router.open_router(ctx)  # every node reaches the estate through it (ES-32)
-            ctx.objects = await objects.open_object_store(cfg, ctx.link)  # ES-70, ES-72, ES-73
-            await objects.claim_objects_slot(
-                ctx.coord, ctx.objects
-            )  # ES-71/FL-5: refuse another store by name
+            ctx.objects = await _open_objects(ctx)  # ES-70..ES-73; another recorded store refuses the boot
             presence = leases.Presence(
                 ctx.coord,
                 node_id=ctx.node_id,

@@ -37,7 +37,7 @@ from typing import Any
 
 from shared import logs, telemetry
 from shared.bus import Bus, BusUnavailable, Deferred, Delivery, Envelope, Mailbox, MailboxDetached
-from shared.coordination import CoordinationUnavailable
+from shared.coordination import CoordinationUnavailable, RevisionConflict
 from shared.leases import Ledger, SeatHost
 from shared.records import TurnStore
 from shared.router import open_router
@@ -142,13 +142,26 @@ class Dispatcher:
         message_id = payload.get("message_id") if isinstance(payload, dict) else None
         if not message_id or self.ctx.coord is None:
             return
-        try:
-            entry = await self.ctx.coord.get("messages", str(message_id))
-            record = json.loads(entry.value) if entry is not None else {"message_id": message_id}
-            record.update(fields)
-            await self.ctx.coord.put("messages", str(message_id), json.dumps(record).encode())
-        except CoordinationUnavailable as e:
-            _log.warning("message_status_unknown", message_id=message_id, error=str(e))
+        # compare-and-set at the revision read: a status write delayed past a partition cannot land
+        # over a newer one written meanwhile (e.g. by the seat's successor)
+        for _ in range(5):
+            try:
+                entry = await self.ctx.coord.get("messages", str(message_id))
+                record = json.loads(entry.value) if entry is not None else {"message_id": message_id}
+                record.update(fields)
+                await self.ctx.coord.update(
+                    "messages",
+                    str(message_id),
+                    json.dumps(record).encode(),
+                    revision=entry.revision if entry is not None else 0,
+                )
+                return
+            except RevisionConflict:
+                continue
+            except CoordinationUnavailable as e:
+                _log.warning("message_status_unknown", message_id=message_id, error=str(e))
+                return
+        _log.warning("message_status_contended", message_id=message_id)
 
     async def handle(self, handle: str, box: Mailbox, d: Delivery) -> None:
         """Screen one delivery and run its turn (CO-11). Return = ack; raise = NAK (see module doc)."""

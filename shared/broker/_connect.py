@@ -127,10 +127,23 @@ async def connect(
             ctx.load_cert_chain(tls_cert, tls_key)
         kwargs["tls"] = ctx
     deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while True:
-        try:
-            nc = await nats.connect(
+    attempts = 0
+
+    async def on_connect_error(e: Exception) -> None:
+        # before the first connection every refused attempt is worth a line: the node is waiting
+        nonlocal attempts
+        if not state.get("up"):
+            attempts += 1
+            if attempts == 1 or attempts % 10 == 0:
+                _log.warning(
+                    "broker_connect_retrying", url=url, attempts=attempts, error=f"{type(e).__name__}: {e}"
+                )
+        await on_error(e)
+
+    try:
+        # nats-py retries the initial connect forever with unlimited reconnects: the budget is ours
+        nc = await asyncio.wait_for(
+            nats.connect(
                 servers=servers,
                 name=name,
                 dont_randomize=True,
@@ -138,26 +151,24 @@ async def connect(
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=1,
                 connect_timeout=2,
-                error_cb=on_error,
+                error_cb=on_connect_error,
                 disconnected_cb=on_disconnect,
                 reconnected_cb=on_reconnect,
                 **kwargs,
-            )
-            break
-        except (TimeoutError, nats.errors.NoServersError, OSError, nats.errors.Error) as e:
-            last = e
-            if time.monotonic() >= deadline:
-                raise BrokerUnreachable(
-                    f"no NATS server answered at {url} within {timeout:.0f} s ({e})"
-                ) from None
-            await asyncio.sleep(0.5)
+            ),
+            timeout=max(0.1, deadline - time.monotonic()),
+        )
+    except (TimeoutError, nats.errors.NoServersError, OSError, nats.errors.Error) as e:
+        raise BrokerUnreachable(
+            f"no NATS server answered at {url} within {timeout:.0f} s ({type(e).__name__} after {attempts} attempts)"
+        ) from None
+    state["up"] = True
     if nc.max_payload < MIN_MAX_PAYLOAD:
         await nc.close()
         raise BrokerRefused(
             f"the NATS server at {url} has max_payload {nc.max_payload} bytes; crewlet needs at least "
             f"{MIN_MAX_PAYLOAD} (8 MB): set max_payload: 8MB on every server"
         )
-    del last
     return nc, state
 
 
@@ -176,7 +187,12 @@ async def wait_jetstream(js: JetStreamContext, *, timeout: float = 60.0) -> None
         except nats.js.errors.ServiceUnavailableError as e:
             if time.monotonic() >= deadline:
                 raise BrokerRefused(f"JetStream is not available on this account: {e}") from None
-        except (TimeoutError, nats.errors.TimeoutError, nats.errors.NoRespondersError, nats.js.errors.APIError) as e:
+        except (
+            TimeoutError,
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.js.errors.APIError,
+        ) as e:
             if time.monotonic() >= deadline:
                 raise BrokerUnreachable(f"JetStream did not answer within {timeout:.0f} s ({e})") from None
         await asyncio.sleep(0.25)
