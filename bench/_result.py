@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import statistics
 import time
@@ -203,14 +204,8 @@ def write_json(path: Path, rows: Sequence[Row], *, name: str, quick: bool, elaps
             "elapsed_seconds": round(elapsed, 1),
             "python": platform.python_version(),
             "machine": platform.machine(),
-            "cpus": _cpus(),
+            "cpus": len(os.sched_getaffinity(0)),
         },
         "figures": [asdict(r) for r in rows],
     }
     path.write_text(json.dumps(doc, indent=2) + "\n")
-
-
-def _cpus() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0))
