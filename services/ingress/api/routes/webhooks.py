@@ -22,13 +22,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from shared import logs
-from shared.coordination import CoordinationUnavailable, RevisionConflict
+from shared.coordination import CoordinationUnavailable, OutcomeUnknown, RevisionConflict
 from shared.runtime import NodeContext, api_error
 
 from ...triggers import TriggerPublisher, json_pointer
@@ -61,6 +62,21 @@ async def _read_capped(request: Request, limit: int) -> bytes | None:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _claim_owner(ctx: NodeContext, key: str) -> str | None:
+    """The nonce of whoever holds ``key`` in ``claims``, or None when absent or unknown."""
+    assert ctx.coord is not None
+    try:
+        entry = await ctx.coord.get("claims", key)
+    except CoordinationUnavailable:
+        return None
+    if entry is None:
+        return None
+    try:
+        return str(json.loads(entry.value).get("nonce", ""))
+    except (ValueError, AttributeError):
+        return ""
 
 
 def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
@@ -110,12 +126,22 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         claim_key = f"webhook.{source}.{hashlib.sha256(delivery.encode()).hexdigest()[:40]}"
         claimed = False
         if ctx.coord is not None:
+            nonce = uuid.uuid4().hex
             try:
-                await ctx.coord.create("claims", claim_key, json.dumps({"node": ctx.node_id}).encode())
+                await ctx.coord.create(
+                    "claims", claim_key, json.dumps({"node": ctx.node_id, "nonce": nonce}).encode()
+                )
                 claimed = True
             except RevisionConflict:
                 _log.info("webhook_duplicate", source=source, delivery=delivery)
                 return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
+            except OutcomeUnknown:
+                # the create may have landed (infra-facts §3): re-read before deciding
+                owner = await _claim_owner(ctx, claim_key)
+                if owner is not None and owner != nonce:
+                    _log.info("webhook_duplicate", source=source, delivery=delivery)
+                    return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
+                claimed = owner == nonce
             except CoordinationUnavailable as e:  # fails open (FL-33): process the delivery
                 _log.warning("webhook_claim_unknown", source=source, delivery=delivery, error=str(e))
         pointer_value = json_pointer(payload, hook.text_pointer)
