@@ -79,8 +79,9 @@ def test_kill_9_leaves_no_orphan_broker(start_node: Callable[..., Node], tmp_pat
 
 
 def test_external_nats_works_the_same(
-    start_node: Callable[..., Node], nats_server: NatsServer, tmp_path: Path, example_company: Path
+    nats_server: NatsServer, start_node: Callable[..., Node], tmp_path: Path, example_company: Path
 ) -> None:
+    # nats_server first: fixtures tear down in reverse, so the node drains while its broker is up
     from tests.support.procs import free_port
 
     port = free_port()
