@@ -30,13 +30,19 @@ run: install ## Start one node with the example company on the embedded broker, 
 test: install ## Run the whole test suite (real nats-server, real node processes)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+	$(BIN)/python -m bench --quick --quiet
 
 .PHONY: lint
 lint: install ## ruff + mypy + import contracts
 	$(BIN)/ruff check shared services crewlet tests bench
 	$(BIN)/ruff format --check shared services crewlet tests bench
 	$(BIN)/mypy
+	$(BIN)/mypy bench
 	$(BIN)/lint-imports --no-cache
+
+.PHONY: bench
+bench: install ## Benchmarks: every figure beside its floor measured in the same run (ARGS=--quick: smallest sizes)
+	$(BIN)/python -m bench $(ARGS)
 
 .PHONY: format
 format: install ## Format the code

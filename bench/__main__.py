@@ -62,7 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="", help="results file name (default: quick or full)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, stores)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    ap.add_argument("--fig4", action="store_true", help="measure figure 4 (needs fleet placement, issue 5)")
     opts = ap.parse_args(argv)
     chosen = [f.strip() for f in opts.only.split(",") if f.strip()] or list(FIGURES)
     unknown = [f for f in chosen if f not in FIGURES]
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for key in chosen:
             title, fn = FIGURES[key]
-            flags = frozenset({"fig4"} if opts.fig4 else ())
+            flags: frozenset[str] = frozenset()
             ctx = Ctx(quick=opts.quick, root=scratch / f"fig{key}", verbose=not opts.quiet, flags=flags)
             ctx.root.mkdir(parents=True, exist_ok=True)
             ctx.say(f"figure {key}: {title}")

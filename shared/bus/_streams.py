@@ -40,6 +40,8 @@ _NO_PEERS = 10005
 _SLOW_AFTER = 10.0
 
 AGENT_STREAM = "CREWLET_AGENT"
+MAX_SEAT_CONSUMERS = 200_000
+"""Consumers allowed on the inbox stream: two per seat, so up to 100 000 seats."""
 DLQ_STREAM = "CREWLET_DLQ"
 
 
@@ -53,6 +55,10 @@ class StreamSpec:
         retention: ``interest`` or ``limits``.
         age: ``max_age``; None keeps messages until acked (interest) or limits apply.
         holds: What it carries (for operators).
+        max_consumers: The stream's consumer limit; None for the server's default. Set on the
+            inbox stream: nats-server caps a stream that sets none at 1 000 consumers (error
+            10026), and every seat has two there (inbox and control), so a company of more than
+            500 seats could not boot.
     """
 
     name: str
@@ -60,10 +66,18 @@ class StreamSpec:
     retention: Literal["interest", "limits"]
     age: timedelta | None
     holds: str
+    max_consumers: int | None = None
 
 
 STREAMS: tuple[StreamSpec, ...] = (
-    StreamSpec(AGENT_STREAM, ("crewlet.agent.>",), "interest", None, "seat inboxes and control subjects"),
+    StreamSpec(
+        AGENT_STREAM,
+        ("crewlet.agent.>",),
+        "interest",
+        None,
+        "seat inboxes and control subjects",
+        max_consumers=MAX_SEAT_CONSUMERS,
+    ),
     StreamSpec(
         "CREWLET_NOTIFICATIONS",
         ("crewlet.notifications.>",),
@@ -131,6 +145,7 @@ async def _ensure(js: JetStreamContext, spec: StreamSpec, *, replicas: int, budg
                     max_age=spec.age.total_seconds() if spec.age else None,
                     storage=StorageType.FILE,
                     num_replicas=replicas,
+                    max_consumers=spec.max_consumers,
                 )
             )
             return
