@@ -127,6 +127,10 @@ class Proc:
 class NatsServer(Proc):
     """A real nats-server with JetStream on 127.0.0.1 (a port it picks), store under ``dir``."""
 
+    def stop(self, *, grace: float = 3.0) -> int | None:
+        """Stop it (a test's server holds nothing worth a long graceful shutdown)."""
+        return super().stop(grace=grace)
+
     def __init__(self, dir: Path, *, max_payload: str = "8MB", name: str = "test-nats", extra: str = ""):
         dir.mkdir(parents=True, exist_ok=True)
         conf = dir / "nats.conf"
