@@ -299,7 +299,15 @@ class SeatHost:
                 seat.grant = grant
         epoch = seat.grant.epoch
         if outcome is True:
-            _log.debug("seat_renewed", seat=handle, epoch=epoch, revision=seat.grant.revision)
+            # sent_wall: when the compare-and-set was sent (wall clock). A process frozen between send
+            # and reply logs the renew late; the write itself landed before any successor's claim
+            _log.debug(
+                "seat_renewed",
+                seat=handle,
+                epoch=epoch,
+                revision=seat.grant.revision,
+                sent_wall=time.time() - (self._clock() - seat.grant.sent_at),
+            )
             if seat.quiesced:
                 seat.quiesced = False
                 _log.info("seat_resumed", seat=handle, epoch=epoch)

@@ -112,6 +112,10 @@ def _parse(proc: str, lines: Iterable[str]) -> list[Event]:
         try:
             data = json.loads(line)
             at = datetime.fromisoformat(str(data["timestamp"])).timestamp()
+            if isinstance(data.get("sent_wall"), int | float):
+                # a renew counts from when it was sent: a successful compare-and-set landed before
+                # any successor could win the key, however late a frozen process logged the reply
+                at = float(data["sent_wall"])
         except (ValueError, KeyError, TypeError):
             continue
         if isinstance(data.get("event"), str):
