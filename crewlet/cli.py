@@ -74,13 +74,10 @@ def _print_issues(issues: list[Issue], *, as_json: bool, tier: str) -> None:
 
 
 def _validate_company(path: str, *, compat: bool) -> tuple[Any, Any, list[Issue]]:
-    from shared.config import OrgModel, validate_company_data
+    """Validate a company file (and its offline scripts); return ``(company, org, issues)``."""
+    from shared.config import OrgModel, validate_company_file
 
-    try:
-        data = read_yaml_mapping(path)
-    except ConfigInvalid as e:
-        return None, None, e.issues
-    company, issues = validate_company_data(data, file=path, compat=compat)
+    company, issues = validate_company_file(path, compat=compat)
     if company is None:
         return None, None, issues
     return company, OrgModel.from_company(company), issues

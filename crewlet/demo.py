@@ -36,6 +36,17 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+def _port_busy(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -128,17 +139,23 @@ def main() -> int:
     port = int(os.environ.get("CREWLET_PORT", "8080"))
     data_dir = Path(os.environ.get("CREWLET_DATA_DIR", ".crewlet"))
     url = f"http://127.0.0.1:{port}"
+    if _port_busy(port):
+        print(f"port {port} is already in use (another node?): stop it, or set CREWLET_PORT to a free port")
+        return 2
     env = {**os.environ, "CREWLET_API_TOKEN": token, "GITHUB_WEBHOOK_SECRET": secret}
     crewlet = str(Path(sys.executable).parent / "crewlet")
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "node.log"
     print(f"starting a node with the example company (log: {log_path})", flush=True)
     with open(log_path, "ab") as log:
+        # its own session: a terminal's Ctrl-C reaches this script only, which forwards it once
+        # (the node reads a second SIGINT as "exit at once", FL-130)
         proc = subprocess.Popen(
             [crewlet, "run", "--port", str(port), "--data-dir", str(data_dir)],
             env=env,
             stdout=log,
             stderr=log,
+            start_new_session=True,
         )
     signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
     signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))

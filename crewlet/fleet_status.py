@@ -1,7 +1,7 @@
 """``crewlet fleet status`` / ``make fleet-status``: print a node's ``GET /fleet`` (FL-7).
 
 Exit 0 when the node answered; 1 when it could not be reached or answered 503 (lease store
-unavailable); 2 for a refused token.
+unavailable); 2 when no token is set or the token is refused.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ def show(url: str, token: str, *, as_json: bool = False, console: Console | None
         The exit code.
     """
     out = console or Console(width=120)
+    if not token:
+        out.print("no API token: set CREWLET_API_TOKEN (or pass --token)")
+        return 2
     try:
         with httpx.Client(timeout=10.0) as client:
             r = client.get(url.rstrip("/") + "/fleet", headers={"Authorization": f"Bearer {token}"})

@@ -70,7 +70,8 @@ def read_pages(root: Path, *, space: str | None = None) -> tuple[list[PageFile],
     """
     pages: list[PageFile] = []
     errors: list[str] = []
-    files = sorted(p for p in root.rglob("*.md") if p.is_file())
+    # symlinks are not followed: a link out of the folder would publish whatever it points at
+    files = sorted(p for p in root.rglob("*.md") if p.is_file() and not p.is_symlink())
     if not files:
         errors.append(f"{root}: no Markdown (*.md) files found")
     for f in files:
@@ -139,6 +140,8 @@ def import_cmd(
     pages, errors = read_pages(directory, space=space)
     if errors:
         _fail(errors + ["nothing was imported"])
+    if not token:
+        _fail(["no API token: set CREWLET_API_TOKEN or pass --token"])
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60.0) as client:
         try:

@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import importlib
 import os
 import shutil
 import signal
+import socket
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -40,7 +43,7 @@ from fastapi import FastAPI
 from shared import broker, coordination, leases, logs, objects, records, router, telemetry
 from shared.bus import Bus
 from shared.config import ALL_ROLES, NodeConfig
-from shared.errors import CrewletError
+from shared.errors import CrewletError, UsageError
 from shared.runtime import (
     PROTOCOL_VERSION,
     NodeContext,
@@ -62,6 +65,55 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class StoreInUse(UsageError):
+    """Another live process holds this node's ``store.dir`` (its lock file)."""
+
+
+def _lock_store(store_dir: Path) -> Any:
+    """Take this node's exclusive lock on ``store.dir`` before anything touches it.
+
+    A second process on the same directory would start a second broker on the live JetStream
+    store and rewrite its files; it is refused here, naming the directory.
+
+    Returns:
+        The open lock file (held for the life of the process).
+
+    Raises:
+        StoreInUse: another process holds the lock.
+        UsageError: the directory cannot be created (e.g. a file is in the way).
+    """
+    try:
+        store_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(store_dir / ".lock", "a+")  # noqa: SIM115 - held until the process exits
+    except OSError as e:
+        raise UsageError(f"store.dir {store_dir}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise StoreInUse(
+            f"store.dir {store_dir} is in use by {holder}: stop that node, or give this one another "
+            "--data-dir / store.dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def load_roles(ctx: NodeContext) -> list[RoleService]:
@@ -225,9 +277,17 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
     Returns:
         The exit code (see the module docstring).
     """
-    if cfg.store.scratch and cfg.store_dir.exists():  # FL-17: a node without data keeps nothing
-        shutil.rmtree(cfg.store_dir)
+    try:
+        store_lock = _lock_store(cfg.store_dir)
+    except CrewletError as e:
+        _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
+        return 2
+    if cfg.store.scratch:  # FL-17: a node without data keeps nothing (the lock file stays)
+        for child in cfg.store_dir.iterdir():
+            if child.name != ".lock":
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
     ctx = NodeContext(cfg)
+    ctx.extras["store_lock"] = store_lock
     ctx.extras["company_dir"] = company_dir
     tel = telemetry.setup_tracing(
         service_name=telemetry.service_name_for(cfg.roles),
@@ -263,6 +323,13 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
 
     server: _Server | None = None
     serve_task: asyncio.Task[None] | None = None
+    if cfg.api.port and not _port_free(cfg.api.host, cfg.api.port):
+        _log.error(
+            "node_boot_failed",
+            error=f"api.port {cfg.api.port} on {cfg.api.host} is already in use: stop "
+            "what listens there, or choose another port (--port / api.port)",
+        )
+        return 2
     if cfg.api.port:
         app = build_app(ctx, roles)
         server = _Server(

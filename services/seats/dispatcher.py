@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shared import logs, telemetry
-from shared.bus import Bus, BusUnavailable, Deferred, Delivery, Envelope, Mailbox, MailboxDetached
+from shared.bus import Bus, BusUnavailable, Deferred, Delivery, Mailbox, MailboxDetached, wake_envelope
 from shared.coordination import CoordinationUnavailable, RevisionConflict
 from shared.leases import Ledger, SeatHost
 from shared.records import TurnStore
@@ -281,20 +281,7 @@ class Dispatcher:
         async def wake(assignee: str, key: str, writer: str) -> None:
             headers: dict[str, str] = {}
             telemetry.inject(headers)  # the execute_tool span is current: the woken turn joins this trace
-            env = Envelope.new(
-                "external_notification",
-                source="work",
-                payload={
-                    "source": "work",
-                    "reason": "assigned",
-                    "work_item": {"key": key},
-                    "text": "",
-                    "sender": writer,
-                },
-                parent_turn_id=turn_id,
-                work_item=key,
-                delegation_depth=0,
-            )
+            env = wake_envelope(key, writer, parent_turn_id=turn_id)
             try:
                 await self.bus.publish_to_seat(
                     assignee, env, msg_id=f"wake:{key}:{assignee}:{turn_id}", headers=headers

@@ -5,7 +5,7 @@ Nothing above this seam imports nats for messaging: nats-py errors are translate
 """
 
 from ._bus import ACK_WAIT, MAX_DELIVER, Bus, MailboxState, Published
-from ._envelope import Envelope
+from ._envelope import Envelope, wake_envelope
 from ._errors import (
     BusError,
     BusUnavailable,
@@ -60,4 +60,5 @@ __all__ = [
     "inbox_subject",
     "namespace_stream",
     "provision_streams",
+    "wake_envelope",
 ]

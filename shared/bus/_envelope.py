@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["Envelope"]
+__all__ = ["Envelope", "wake_envelope"]
 
 
 def _now_rfc3339() -> str:
@@ -121,3 +121,30 @@ class Envelope(BaseModel):
         if not isinstance(data, dict):
             raise ValueError("an envelope is a JSON object")
         return cls.model_validate(data)
+
+
+def wake_envelope(work_item: str, writer: str, *, parent_turn_id: str | None = None) -> Envelope:
+    """The tracker wake of CO-10: ``external_notification{source: work, reason: assigned, work_item}``.
+
+    Published to the new assignee's inbox by whoever made the assignment (a seat's tool call or an
+    operator's API write), at delegation depth 0.
+
+    Args:
+        work_item: The item's key (``SUP-1``).
+        writer: Who assigned it (``triage``, ``operator:<token id>``).
+        parent_turn_id: The writing turn, when a seat wrote it.
+    """
+    return Envelope.new(
+        "external_notification",
+        source="work",
+        payload={
+            "source": "work",
+            "reason": "assigned",
+            "work_item": {"key": work_item},
+            "text": "",
+            "sender": writer,
+        },
+        parent_turn_id=parent_turn_id,
+        work_item=work_item,
+        delegation_depth=0,
+    )

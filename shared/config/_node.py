@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from ._env import resolve_tree
+from ._env import VAR_RE, resolve_tree
 from ._issues import ConfigInvalid, Issue, issues_from_pydantic, sort_issues
 from ._yaml import read_yaml_mapping
 
@@ -263,8 +264,8 @@ class NodeConfig(_Strict):
     api: ApiConfig = Field(default_factory=ApiConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    id_from_default: bool = False
-    source: str = ""
+    id_from_default: SkipJsonSchema[bool] = False
+    source: SkipJsonSchema[str] = ""
 
     @property
     def node_id(self) -> str:
@@ -326,7 +327,13 @@ def _resolve(
     def unset(path: str, name: str) -> str:
         if not strict_env:  # validating a file meant for another machine: keep the reference, warn
             issues.append(
-                Issue(file, path, "missing", f"${{{name}}} is not set here; it must be set where the node runs", "warning")
+                Issue(
+                    file,
+                    path,
+                    "missing",
+                    f"${{{name}}} is not set here; it must be set where the node runs",
+                    "warning",
+                )
             )
             return f"${{{name}}}"
         issues.append(
@@ -337,9 +344,32 @@ def _resolve(
         return ""
 
     resolved = resolve_tree(data, env, on_unset=unset)
+    _malformed_refs(data, file, issues)
     if id_ref_unset:
         resolved.setdefault("node", {})
     return resolved, issues
+
+
+def _malformed_refs(data: Any, file: str, issues: list[Issue], path: str = "") -> None:
+    """Name every ``${`` that is not a ``${NAME}`` reference (``${A:-b}``, ``${ X }``, an unclosed one):
+    left alone it would become a literal value, e.g. a token no one meant to set."""
+    if isinstance(data, str):
+        if "${" in VAR_RE.sub("", data):
+            issues.append(
+                Issue(
+                    file,
+                    path,
+                    "invalid",
+                    "a ${...} reference must be ${NAME} with NAME of letters, "
+                    "digits and _ (defaults like ${A:-b} are not supported)",
+                )
+            )
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            _malformed_refs(v, file, issues, f"{path}.{k}" if path else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            _malformed_refs(v, file, issues, f"{path}[{i}]")
 
 
 def node_config_from_data(

@@ -95,7 +95,7 @@ class Duties:
 
     async def _server_now(self) -> float:
         key = f"clock.{self._node}"
-        await self._coord.put("duties", key, b"")
+        await self._coord.put("duties", key, b"t")  # non-empty: an empty payload reads back as no value
         entry = await self._coord.get("duties", key)
         if entry is None:
             raise CoordinationUnavailable("the clock probe vanished")

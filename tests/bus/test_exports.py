@@ -11,6 +11,7 @@ def test_public_api() -> None:
             "MailboxFenced", "MailboxState", "Outcome", "PublishOutcomeUnknown", "Published", "StreamMismatch",
             "StreamSpec", "SubjectRefused", "check_subject", "control_group", "control_subject", "dlq_subject",
             "durable_name", "inbox_group", "inbox_subject", "namespace_stream", "provision_streams",
+            "wake_envelope",
         ]
     )  # fmt: skip
     for name in shared.bus.__all__:

@@ -33,8 +33,14 @@ def _send(url: str, node_id: str, call: Call) -> Any:
 def _create(seat: str, epoch: int, title: str) -> Call:
     return Call(
         op="work.create",
-        args={"project": "SUP", "title": title, "type": "task", "author": f"seat:{seat}", "author_kind": "agent",
-              "fence": {"seat": seat, "epoch": epoch}},
+        args={
+            "project": "SUP",
+            "title": title,
+            "type": "task",
+            "author": f"seat:{seat}",
+            "author_kind": "agent",
+            "fence": {"seat": seat, "epoch": epoch},
+        },
         op_id=mint_op_id("work.create"),
         asker="a-test",
     )

@@ -12,8 +12,14 @@ UPSTREAM = SHARED / "data" / "upstream-examples"
 
 
 def crewlet(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(VENV_BIN / "crewlet"), *args], capture_output=True, text=True, timeout=60,
-                          cwd=REPO, env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [str(VENV_BIN / "crewlet"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_example_company_and_node_file_are_valid() -> None:
@@ -82,10 +88,31 @@ def test_missing_empty_and_broken_files(tmp_path: Path) -> None:
 
 def test_node_command_refuses_a_bad_file_with_exit_2(tmp_path: Path) -> None:
     node = tmp_path / "crewlet.yaml"
-    node.write_text("node: {roles: [ingress]}\nstream: {type: nats, url: 'nats://127.0.0.1:1'}\n"
-                    "api: {auth: {tokens: [{id: a, token: '${UNSET_TOKEN_VAR}'}]}}\n")
+    node.write_text(
+        "node: {roles: [ingress]}\nstream: {type: nats, url: 'nats://127.0.0.1:1'}\n"
+        "api: {auth: {tokens: [{id: a, token: '${UNSET_TOKEN_VAR}'}]}}\n"
+    )
     out = crewlet("node", "--node", str(node))
     assert out.returncode == 2
     assert f"{node}: node.roles: ingress reads" in out.stderr
     assert f"{node}: api.auth.tokens[0].token: ${{UNSET_TOKEN_VAR}} is not set" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_duplicate_keys_and_malformed_references_are_named(tmp_path: Path) -> None:
+    node = tmp_path / "crewlet.yaml"
+    node.write_text("node: {id: a}\nnode: {id: b}\n")
+    out = crewlet("validate", "--node", str(node))
+    assert out.returncode == 2 and "duplicate key 'node'" in out.stderr
+    node.write_text("api: {auth: {tokens: [{id: a, token: '${CREWLET_API_TOKEN:-default}'}]}}\n")
+    out = crewlet("validate", "--node", str(node))
+    assert (
+        out.returncode == 2 and "api.auth.tokens[0].token: a ${...} reference must be ${NAME}" in out.stderr
+    )
+
+
+def test_a_missing_offline_script_is_named(tmp_path: Path) -> None:
+    company = tmp_path / "company.yaml"
+    company.write_text((REPO / "examples" / "company.yaml").read_text())  # its script is not beside it
+    out = crewlet("validate", "--company", str(company))
+    assert out.returncode == 2 and "offline-script.yaml" in out.stderr

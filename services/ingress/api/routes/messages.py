@@ -15,7 +15,9 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared import estate
 from shared.coordination import CoordinationUnavailable
+from shared.router import RouterError, open_router
 from shared.runtime import NodeContext, api_error, require_grant
 
 from ...triggers import TriggerPublisher
@@ -61,6 +63,19 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
             raise api_error(
                 409, "human_seat_has_no_inbox", f"handle: {handle!r} is a human seat; it has no inbox"
             )
+        if not body.text.strip():
+            raise api_error(
+                400, "invalid_request", [{"path": "text", "type": "missing", "message": "text is blank"}]
+            )
+        if body.work_item:
+            try:  # the item must exist: a turn charged to a missing item would invent spend for it
+                await open_router(ctx).get_work_item(body.work_item)
+            except estate.NotFound:
+                raise api_error(
+                    404, "unknown_work_item", f"work_item: no work item {body.work_item!r}"
+                ) from None
+            except (estate.EstateError, RouterError) as e:
+                raise api_error(503, "estate_unavailable", str(e), headers={"Retry-After": "5"}) from None
         message_id = str(uuid.uuid4())
         record = {
             "message_id": message_id,

@@ -8,7 +8,8 @@ Order of checks, so a refused request stores and publishes nothing:
 4. no configured or resolved secret → 503 ``webhook_secret_unset`` + ``Retry-After: 60``;
 5. signature (``sha256=<hex HMAC-SHA256 of the raw body>``) missing or wrong → 401, compared in
    constant time over the raw bytes *before* parsing;
-6. body not a JSON object → 400 ``invalid_json``;
+6. body not a JSON object (or nested too deeply, or holding lone surrogates) → 400 ``invalid_json``;
+   no text at the entry's ``text_pointer`` (GitHub's ``ping``) → 200 ``ignored``, nothing published;
 7. the delivery id (the entry's ``delivery_header``) is claimed once in the ``claims`` bucket: a
    repeat answers 200 ``{"status": "duplicate"}`` and publishes nothing. The claim fails open (FL-33):
    when the store cannot be asked the delivery is processed;
@@ -113,10 +114,22 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
             )
         try:
             payload = json.loads(body)
-        except (UnicodeDecodeError, ValueError) as e:
-            raise api_error(400, "invalid_json", f"body: not JSON ({e})") from None
+            json.dumps(payload, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be forwarded
+        except (UnicodeDecodeError, UnicodeEncodeError, ValueError) as e:
+            raise api_error(400, "invalid_json", f"body: not JSON that can be forwarded ({e})") from None
+        except RecursionError:
+            raise api_error(400, "invalid_json", "body: JSON nested too deeply") from None
         if not isinstance(payload, dict):
             raise api_error(400, "invalid_json", "body: a JSON object is required")
+        pointer_value = json_pointer(payload, hook.text_pointer)
+        if not isinstance(pointer_value, str) or not pointer_value.strip():
+            # nothing for a seat to work on (GitHub's ping, a push to an issues-only route): say so,
+            # claim and publish nothing
+            _log.info("webhook_ignored", source=source, pointer=hook.text_pointer)
+            return JSONResponse(
+                {"status": "ignored", "reason": f"the body has no text at {hook.text_pointer}"},
+                status_code=200,
+            )
         seat = ctx.org.webhook_route(source)
         if seat is None:
             raise api_error(404, "unknown_seat", f"route_to of webhook {source!r} resolves to no agent seat")
@@ -144,14 +157,7 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
                 claimed = owner == nonce
             except CoordinationUnavailable as e:  # fails open (FL-33): process the delivery
                 _log.warning("webhook_claim_unknown", source=source, delivery=delivery, error=str(e))
-        pointer_value = json_pointer(payload, hook.text_pointer)
-        text = (
-            pointer_value
-            if isinstance(pointer_value, str)
-            else json.dumps(pointer_value)
-            if pointer_value
-            else ""
-        )
+        text = pointer_value
         event = request.headers.get("x-github-event", "")
         try:
             published = await publisher.publish(

@@ -19,7 +19,8 @@ from typing import Any, cast
 from fastapi import APIRouter, Depends, HTTPException, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared import estate
+from shared import estate, logs
+from shared.bus import BusUnavailable, wake_envelope
 from shared.router import EstateRouter, NobodyAnswered, RouterError, router_of
 from shared.runtime import NodeContext, api_error, require_grant
 
@@ -69,6 +70,9 @@ def read_level_of(value: str) -> estate.ReadLevel:
     return cast(estate.ReadLevel, value)
 
 
+_log = logs.get("ingress.work")
+
+
 def _author(token_id: str) -> dict[str, str]:
     return {"author": f"operator:{token_id}", "author_kind": "operator"}
 
@@ -116,6 +120,25 @@ def _write_answer(result: dict[str, Any], name: str) -> dict[str, Any]:
     out = {k: v for k, v in result.items() if k != "object"}
     out[name] = result.get("object")
     return out
+
+
+async def _wake(ctx: NodeContext, res: dict[str, Any], before: str | None, writer: str) -> None:
+    """Wake the new assignee when an operator assigns an item to an agent seat (CO-10)."""
+    item = res.get("object") if isinstance(res.get("object"), dict) else None
+    if item is None or ctx.org is None:
+        return
+    assignee, key = item.get("assignee"), item.get("key")
+    seat = ctx.org.seat(assignee) if isinstance(assignee, str) else None
+    bus = ctx.extras.get("bus")
+    if seat is None or seat.kind != "agent" or assignee == before or not isinstance(key, str) or bus is None:
+        return
+    try:
+        await bus.publish_to_seat(
+            assignee, wake_envelope(key, writer), msg_id=f"wake:{key}:{assignee}:{res.get('op_id', '')}"
+        )
+        _log.info("tracker_wake_published", seat=assignee, work_item=key, writer=writer)
+    except BusUnavailable as e:
+        _log.warning("tracker_wake_failed", seat=assignee, work_item=key, error=str(e))
 
 
 def router(ctx: NodeContext) -> APIRouter:
@@ -201,11 +224,16 @@ def router(ctx: NodeContext) -> APIRouter:
             )
         except (estate.EstateError, RouterError) as e:
             raise estate_http_error(e) from None
+        await _wake(ctx, res, None, f"operator:{token}")
         return _write_answer(res, "item")
 
     @r.patch("/work/{key}")
     async def update_work(key: str, body: WorkUpdate, token: str = Depends(write)) -> dict[str, Any]:
+        before: str | None = None
         try:
+            if body.assignee is not None:
+                current = (await est().get_work_item(key, read_level="linearizable"))["data"]
+                before = current.get("assignee") if isinstance(current, dict) else None
             res = await est().update_work_item(
                 key,
                 if_match=body.if_match,
@@ -224,6 +252,8 @@ def router(ctx: NodeContext) -> APIRouter:
             )
         except (estate.EstateError, RouterError) as e:
             raise estate_http_error(e) from None
+        if body.assignee is not None:
+            await _wake(ctx, res, before, f"operator:{token}")
         return _write_answer(res, "item")
 
     @r.post("/work/{key}/comments", status_code=201)
