@@ -65,19 +65,26 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout
 
 
 def _import_knowledge(client: httpx.Client) -> None:
+    # the same reading as `crewlet knowledge import` (titles from each page's heading), so a later
+    # import of the folder updates these pages instead of adding copies
+    from .knowledge_cli import read_pages
+
     folder = SHARED_DATA / "knowledge" / "nimbus-docs"
     if not folder.is_dir():
         print(f"(no knowledge pages at {folder}; skipping the import)")
         return
+    pages, errors = read_pages(folder, space="ENG")
+    for error in errors:
+        print(f"  {error}")
     count = 0
-    for page in sorted(folder.glob("*.md")):
+    for page in pages:
         r = client.post(
-            "/knowledge/pages", json={"space": "ENG", "title": page.stem, "body": page.read_text()}
+            "/knowledge/pages", json={"space": page.space, "title": page.title, "body": page.body}
         )
         if r.status_code in (200, 201):
             count += 1
         else:
-            print(f"  import of {page.name} answered {r.status_code}: {r.text[:200]}")
+            print(f"  import of {page.rel} answered {r.status_code}: {r.text[:200]}")
     print(f"imported {count} knowledge pages from {folder} into space ENG")
 
 

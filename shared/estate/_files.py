@@ -54,6 +54,8 @@ def validate_path(path: str) -> str:
         raise InvalidField("path", f"is {len(path)} characters; the limit is {PATH_LIMIT}")
     if path.startswith("/"):
         raise InvalidField("path", f"{path!r} is absolute; give a path relative to the project")
+    if "\ufffd" in path:
+        raise InvalidField("path", f"{path!r} holds bytes that are not UTF-8")
     if "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
         raise InvalidField("path", f"{path!r} holds a backslash or a control character")
     for seg in path.split("/"):

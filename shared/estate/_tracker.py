@@ -251,6 +251,13 @@ def decide_update(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
             new_parent = _parent(conn, value, task.project_id).id if value else None
             if new_parent == task.id:
                 raise InvalidField("parent", "an item cannot be its own parent")
+            ancestor = new_parent
+            for _ in range(MAX_DEPTH + 1):  # walk up from the new parent: meeting this item is a cycle
+                if ancestor is None:
+                    break
+                if ancestor == task.id:
+                    raise InvalidField("parent", f"{value} is under {task.key}: that would make a cycle")
+                ancestor = find_task(conn, ancestor, field="parent").parent_id
             if new_parent != task.parent_id:
                 changes["parent_id"] = new_parent
             continue

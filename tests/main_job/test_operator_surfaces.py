@@ -67,6 +67,15 @@ def test_an_operator_assignment_wakes_the_seat(start_node: Callable[..., Node], 
     assert turn["trigger_source"] == "work" and turn["work_item"] == key
     item = node.get(f"/work/{key}").json()
     assert item["status"] == "in_progress"
+    # parents cannot form a cycle
+    r = httpx.post(
+        node.url + "/work", json={"project": "ENG", "title": "A sub-task", "parent": key}, headers=auth
+    )
+    assert r.status_code == 201, r.text
+    child = r.json()["item"]["key"]
+    r = httpx.patch(node.url + f"/work/{key}", json={"parent": child}, headers=auth)
+    assert r.status_code == 400 and r.json()["detail"]["field"] == "parent", r.text
+    assert "cycle" in r.json()["detail"]["message"]
 
 
 def test_a_second_process_on_the_same_store_or_port_is_refused(
