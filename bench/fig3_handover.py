@@ -16,11 +16,13 @@ coordination store, bus, the seats role's real ``Dispatcher`` and a ``SeatHost``
 
 Two rows:
 
-- **3a**: the successor's placement sweep runs on its own 5 s timer (FL-56), as in a node today:
-  the figure includes waiting for that sweep. Each trial starts at a random phase of the
-  successor's timer (uniform over 0-5 s, seeded), as a drain would.
-- **3b**: the successor's sweep is called the moment the holder's drain returns: the handover's own
-  mechanics (loop end, detach, lease delete, claim of 3 writes + 2 reads, attach, fetch).
+- **3a**: the successor's placement sweep runs on its own 5 s timer (FL-56) only — a fleet without
+  the release announcement: the figure includes waiting for that sweep. Each trial starts at a
+  random phase of the successor's timer (uniform over 0-5 s, seeded), as a drain would.
+- **3b**: the successor sweeps the moment the holder's release is done — what a node does since a
+  voluntary release is announced on ``crewlet.seats.released`` (``services/seats``): the
+  handover's own mechanics (loop end, detach, lease delete, claim of 3 writes + 2 reads, attach,
+  fetch).
 
 The floor: a message fetched on one connection and NAKed while a second connection bound to the same
 durable has a fetch waiting (infra-facts §2: 0.14-0.18 ms), interleaved trial by trial.
@@ -244,8 +246,8 @@ def run(ctx: Ctx) -> list[Row]:
     rows: list[Row] = []
     company = write_company(ctx.sub("company") / "company.yaml", seats=1)
     for label, timer, trials in (
-        ("3a clean handover, successor's sweep on its 5 s timer", True, ctx.n(3, 12)),
-        ("3b clean handover, successor sweeps at once", False, ctx.n(12, 60)),
+        ("3a clean handover, successor's sweep on its 5 s timer only", True, ctx.n(3, 12)),
+        ("3b clean handover, release announced: successor sweeps at once (nodes)", False, ctx.n(12, 60)),
     ):
         params: dict[str, Any] = {
             "trials": trials,

@@ -12,6 +12,7 @@ The node runner has already created every seat's mailbox (FL-78) and put the bus
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,11 @@ from shared.turns import TurnEngine
 
 from .dispatcher import Dispatcher
 
-__all__ = ["service"]
+__all__ = ["RELEASED_SUBJECT", "service"]
+
+RELEASED_SUBJECT = "crewlet.seats.released"
+"""Core NATS subject a node publishes on after a voluntary seat release (ours; no payload but the
+releasing owner); every seats node sweeps on it."""
 
 _log = logs.get("seat.host")
 
@@ -67,6 +72,12 @@ def service(ctx: NodeContext) -> RoleService:
         )
         dispatcher = Dispatcher(ctx, bus, engine, turns)
 
+        async def announce_release(handle: str, reason: str) -> None:
+            # ours: a voluntary release tells the fleet at once, so a successor claims within
+            # milliseconds rather than on its next 5 s sweep (its claim budget still applies)
+            if ctx.link is not None and not ctx.link.nc.is_closed:
+                await ctx.link.nc.publish(RELEASED_SUBJECT, ctx.owner.encode())
+
         def selectors() -> dict[str, Selector]:
             out: dict[str, Selector] = {}
             for seat in ctx.org.seats if ctx.org is not None else ():
@@ -97,6 +108,7 @@ def service(ctx: NodeContext) -> RoleService:
             on_quiesce=dispatcher.on_quiesce,
             on_resume=dispatcher.on_resume,
             policy=policy,
+            on_released=announce_release,
         )
         dispatcher.host = host
         bus_fence = ctx.extras.get("seat_fence")
@@ -108,6 +120,13 @@ def service(ctx: NodeContext) -> RoleService:
         ctx.extras["seat_host"] = host
         host.assign([s.handle for s in ctx.org.seats])
         host.start()
+        if ctx.link is not None:
+
+            async def on_released_elsewhere(msg: Any) -> None:
+                if msg.data.decode(errors="replace") != ctx.owner:
+                    host.nudge()  # a peer freed a seat: sweep now, not on the timer
+
+            state["released_sub"] = await ctx.link.nc.subscribe(RELEASED_SUBJECT, cb=on_released_elsewhere)
 
     async def drain(ctx: NodeContext) -> None:
         host: SeatHost | None = state.get("host")
@@ -116,6 +135,10 @@ def service(ctx: NodeContext) -> RoleService:
         await host.stop(reason="drain")  # renews until every voluntary release is done (FL-65)
 
     async def stop(ctx: NodeContext) -> None:
+        sub = state.get("released_sub")
+        if sub is not None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
         provs = state.get("providers")
         if provs is not None:
             await provs.aclose()

@@ -77,6 +77,7 @@ class Dispatcher:
         self.boxes: dict[str, Mailbox] = {}
         self.loops: dict[str, asyncio.Task[None]] = {}
         self._stopping: set[str] = set()
+        self._busy: set[str] = set()  # seats whose handler is running a delivery now
         assert ctx.coord is not None
         self.ledger = Ledger(ctx.coord)
 
@@ -97,7 +98,9 @@ class Dispatcher:
         task = self.loops.pop(handle, None)
         box = self.boxes.pop(handle, None)
         if task is not None:
-            if reason == "lease_lost":
+            # a lost lease stops at once; a voluntary release lets a running delivery finish but
+            # does not wait out an idle fetch or pause (the successor gets the mail sooner, FL-65)
+            if reason == "lease_lost" or handle not in self._busy:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
@@ -122,7 +125,7 @@ class Dispatcher:
     async def _loop(self, handle: str, box: Mailbox) -> None:
         while handle not in self._stopping and not box.detached:
             try:
-                outcome = await box.process(lambda d: self.handle(handle, box, d), timeout=1.0)
+                outcome = await box.process(lambda d: self._handle_busy(handle, box, d), timeout=1.0)
             except MailboxDetached:
                 return
             except BusUnavailable as e:
@@ -162,6 +165,13 @@ class Dispatcher:
                 _log.warning("message_status_unknown", message_id=message_id, error=str(e))
                 return
         _log.warning("message_status_contended", message_id=message_id)
+
+    async def _handle_busy(self, handle: str, box: Mailbox, d: Delivery) -> None:
+        self._busy.add(handle)
+        try:
+            await self.handle(handle, box, d)
+        finally:
+            self._busy.discard(handle)
 
     async def handle(self, handle: str, box: Mailbox, d: Delivery) -> None:
         """Screen one delivery and run its turn (CO-11). Return = ack; raise = NAK (see module doc)."""

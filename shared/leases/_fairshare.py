@@ -28,6 +28,7 @@ check → claim → re-check of FL-134).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,8 @@ MAX_CLAIMS_PER_SWEEP = 4
 """New claims per sweep (FL-56): the cost is spawning a seat's tools, not the lease."""
 MAX_RELEASES_PER_SWEEP = 2
 """Voluntary releases per sweep (FL-56): a release interrupts a live agent."""
+SWEEP_WINDOW = 5.0
+"""Seconds over which the claim budget is counted (the sweep interval, FL-56)."""
 
 _log = logs.get("seat.placement")
 
@@ -108,6 +111,8 @@ class FairShare:
     capacity: int = 0
     live_nodes: int = 1
     _blocked: bool = False
+    _recent_claims: list[float] = field(default_factory=list)
+    clock: Callable[[], float] = time.monotonic
 
     async def _read(self) -> tuple[list[_Node], dict[str, LeaseRecord], int]:
         nodes: dict[str, _Node] = {}
@@ -194,7 +199,13 @@ class FairShare:
         if blocked:  # FL-134: claim nothing while an older protocol is live
             claims = []
         limited = dict(list(releases.items())[:MAX_RELEASES_PER_SWEEP])
-        return Plan(claim=claims[:MAX_CLAIMS_PER_SWEEP], release=limited)
+        # at most 4 claims per sweep interval, also when a release nudged an extra sweep (FL-56)
+        now = self.clock()
+        self._recent_claims = [t for t in self._recent_claims if now - t < SWEEP_WINDOW]
+        budget = max(0, MAX_CLAIMS_PER_SWEEP - len(self._recent_claims))
+        claims = claims[:budget]
+        self._recent_claims += [now] * len(claims)
+        return Plan(claim=claims, release=limited)
 
     def health(self) -> dict[str, Any]:
         """Fields for ``/health``'s seats block (FL-126, FL-135)."""

@@ -100,6 +100,9 @@ class SeatHost:
         policy: The placement policy; :class:`ClaimAll` by default.
         sweep_interval: Seconds between placement sweeps (FL-56: 5 s).
         clock: Monotonic clock in seconds (tests may pass another).
+        on_released: Called as ``on_released(handle, reason)`` after a voluntary release deleted
+            the lease, so the fleet can be told a seat is free (peers sweep at once instead of on
+            their timer; see :meth:`nudge`).
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class SeatHost:
         policy: PlacementPolicy | None = None,
         sweep_interval: float = _SWEEP_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        on_released: ReleaseHook | None = None,
     ) -> None:
         self._leases = SeatLeases(
             coord, node_id=node_id, owner=owner, protocol=protocol, ttl=ttl, clock=clock
@@ -130,6 +134,8 @@ class SeatHost:
         self._policy: PlacementPolicy = policy or ClaimAll()
         self._sweep_interval = sweep_interval
         self._clock = clock
+        self._on_released: ReleaseHook = on_released or _noop
+        self._nudged = asyncio.Event()
         self._held: dict[str, _Seat] = {}
         self._undead: dict[str, _Undead] = {}
         self._backoff: dict[str, float] = {}
@@ -403,6 +409,15 @@ class SeatHost:
                 return  # lost while the hook ran; the renew path already logged it
             del self._held[handle]
         await self._give_up(handle, seat.grant, reason)
+        if not fenced:
+            await self._hook(self._on_released, handle, reason)
+
+    def nudge(self) -> None:
+        """Run the next placement sweep now rather than on its timer (a peer released a seat).
+
+        The policy's claim limits still hold: a nudged sweep spends the same per-window budget.
+        """
+        self._nudged.set()
 
     async def _give_up(self, handle: str, grant: Grant, reason: str) -> None:
         async with self._lock(handle):
@@ -487,7 +502,9 @@ class SeatHost:
                 _log.warning("seat_sweep_unknown", error=str(e))
             except Exception as e:  # noqa: BLE001 - the sweep must outlive any one failure
                 _log.error("seat_sweep_failed", error=f"{type(e).__name__}: {e}")
-            await asyncio.sleep(self._sweep_interval)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._nudged.wait(), self._sweep_interval)
+            self._nudged.clear()
 
     def start(self) -> None:
         """Start the heartbeat (every TTL/3, FL-52) and placement sweep (FL-56) loops."""
