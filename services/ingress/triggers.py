@@ -15,9 +15,28 @@ from typing import Any
 
 from opentelemetry import trace
 
-__all__ = ["Published", "TriggerPublisher", "json_pointer"]
+from shared.runtime import NodeContext, api_error
+
+__all__ = ["Published", "TriggerPublisher", "admit_work", "json_pointer"]
 
 _tracer = trace.get_tracer("crewlet.ingress")
+
+
+def admit_work(ctx: NodeContext) -> None:
+    """Refuse a request that would start work while this node cannot take it.
+
+    Raises:
+        HTTPException: 503 ``draining`` with ``Retry-After`` during a drain (FL-129), so the sender
+            tries another node; 503 ``no_active_revision`` before a company is applied (CO-4).
+    """
+    if ctx.draining:
+        raise api_error(
+            503, "draining", "this node is draining; retry on another node", headers={"Retry-After": "5"}
+        )
+    if ctx.org is None:
+        raise api_error(
+            503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"}
+        )
 
 
 def json_pointer(doc: Any, pointer: str) -> Any:

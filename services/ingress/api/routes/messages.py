@@ -20,7 +20,7 @@ from shared.coordination import CoordinationUnavailable
 from shared.router import RouterError, open_router
 from shared.runtime import NodeContext, api_error, require_grant
 
-from ...triggers import TriggerPublisher
+from ...triggers import TriggerPublisher, admit_work
 
 __all__ = ["MessageIn", "router"]
 
@@ -48,14 +48,7 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         dependencies=[Depends(require_grant(ctx.cfg, "work:write"))],
     )
     async def post_message(handle: str, body: MessageIn) -> dict[str, Any]:
-        if ctx.draining:
-            raise api_error(
-                503, "draining", "this node is draining; retry on another node", headers={"Retry-After": "5"}
-            )
-        if ctx.org is None:
-            raise api_error(
-                503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"}
-            )
+        admit_work(ctx)
         seat = ctx.org.seat(handle)
         if seat is None:
             raise api_error(404, "unknown_seat", f"handle: no seat {handle!r} in the active company")

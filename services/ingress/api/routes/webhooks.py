@@ -33,7 +33,7 @@ from shared import logs
 from shared.coordination import CoordinationUnavailable, OutcomeUnknown, RevisionConflict
 from shared.runtime import NodeContext, api_error
 
-from ...triggers import TriggerPublisher, json_pointer
+from ...triggers import TriggerPublisher, admit_work, json_pointer
 
 __all__ = ["MAX_BODY_BYTES", "router", "signature_ok"]
 
@@ -86,14 +86,7 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
 
     @r.post("/webhooks/inbound/{source}", status_code=202)
     async def inbound(source: str, request: Request) -> Any:
-        if ctx.draining:
-            raise api_error(
-                503, "draining", "this node is draining; retry on another node", headers={"Retry-After": "5"}
-            )
-        if ctx.org is None:
-            raise api_error(
-                503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"}
-            )
+        admit_work(ctx)
         hook = ctx.org.webhook(source)
         if hook is None:
             raise api_error(404, "unknown_source", f"no integrations.webhooks entry has source {source!r}")
