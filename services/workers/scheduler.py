@@ -6,7 +6,8 @@ every direct agent role, ``lead`` = the unit's effective lead). Each tick fires 
 the previous tick; the first tick after start catches up only the single most recent missed fire
 inside half the schedule's period, clamped to ``[catchup_min_seconds, catchup_max_seconds]``.
 Cron uses croniter (five fields, Vixie day semantics) in the schedule's time zone, so DST moves
-with the wall clock.
+with the wall clock. A schedule without ``timezone`` runs in ``scheduling.default_timezone``, else
+in the company ``timezone`` (``Company.schedule_timezone``).
 
 A due fire is claimed first-writer-wins in the ``fires`` bucket (7 days) under
 ``(scope_type, scope_id, schedule_name, fire_label, target)`` with ``fire_label`` the local wall
@@ -84,12 +85,11 @@ def due_fires(org: Any, *, since: datetime, until: datetime, first: bool, tick: 
         tick: The tick interval.
     """
     company = org.company
-    tz_default = company.timezone
     out: list[Fire] = []
     for scope_type, scope_id, sched, targets in _schedules(org):
         if not sched.enabled or not targets:
             continue
-        tz = ZoneInfo(sched.timezone or tz_default)
+        tz = ZoneInfo(company.schedule_timezone(sched))
         local_until = until.astimezone(tz)
         if first and sched.catchup:
             it = croniter(sched.cron, local_until)

@@ -171,7 +171,8 @@ class Schedule(_Model):
         name: Unique within its role or unit.
         cron: Five fields, Vixie day semantics.
         task: The task text the seat receives.
-        timezone: IANA zone; None for the company ``timezone``.
+        timezone: IANA zone; None for ``scheduling.default_timezone``, or the company
+            ``timezone`` when that is unset too (see :meth:`Company.schedule_timezone`).
         enabled: False keeps the schedule without firing it.
         timeout_seconds: Wall-clock cap of the scheduled turn, in seconds.
         catchup: Fire the most recent missed slot after a restart.
@@ -405,13 +406,28 @@ class McpServer(_Model):
 
 
 class Scheduling(_Model):
-    """The ``scheduling`` block (CO-33, P1). Durations in seconds."""
+    """The ``scheduling`` block (CO-33, P1). Durations in seconds.
+
+    Attributes:
+        enabled: False fires no schedule.
+        tick_seconds: How often the scheduler duty looks for due fires.
+        jitter_seconds: Spread of fires sharing a cron minute (not applied yet).
+        catchup_min_seconds: Lower clamp of the catch-up window after a restart.
+        catchup_max_seconds: Upper clamp of the catch-up window.
+        default_timezone: IANA zone of every schedule that names none (the upstream key, CO-43);
+            None for the company ``timezone``. ``Local``/``localtime`` are refused, as for the
+            company clock: every node must read the same wall time.
+
+    .. versionchanged:: 0.1
+        ``default_timezone`` added.
+    """
 
     enabled: bool = True
     tick_seconds: float = Field(10, gt=0)
     jitter_seconds: float = Field(0, ge=0)
     catchup_min_seconds: float = Field(120, ge=0)
     catchup_max_seconds: float = Field(7200, ge=0)
+    default_timezone: TimeZone | None = None
 
 
 class TurnEngine(_Model):
@@ -458,3 +474,20 @@ class Company(_Model):
     turn_engine: TurnEngine = Field(default_factory=TurnEngine)
     notification_coalesce_window_seconds: float = Field(0, ge=0, le=60)
     notification_coalesce_max_batch: int = Field(20, ge=1, le=100)
+
+    def schedule_timezone(self, schedule: Schedule) -> str:
+        """Return the IANA zone a schedule's cron line is read in (CO-33).
+
+        The schedule's own ``timezone``, else ``scheduling.default_timezone``, else the company
+        ``timezone`` (``UTC`` unless the document says otherwise). Every scheduler holder reads
+        the same zone, so a fire's wall-clock label is the same fleet-wide.
+
+        Args:
+            schedule: A role or unit schedule of this company.
+
+        Returns:
+            The zone name, already validated as an IANA zone.
+
+        .. versionadded:: 0.1
+        """
+        return schedule.timezone or self.scheduling.default_timezone or self.timezone

@@ -75,7 +75,7 @@ def issues_from_error(
     error: ValidationError,
     *,
     file: str,
-    hint: Callable[[tuple[str | int, ...]], str] | None = None,
+    hint: Callable[[tuple[str | int, ...], IssueType, Any], str] | None = None,
 ) -> list[Issue]:
     """Convert every error in ``error`` into an :class:`Issue`.
 
@@ -86,8 +86,10 @@ def issues_from_error(
     Args:
         error: What ``model_validate`` raised.
         file: Written into every issue's ``file``.
-        hint: Called with the cleaned loc of an ``unknown_field`` error; a non-empty return is
-            appended to the message (used to name P2 keys and the compat import).
+        hint: Called as ``hint(loc, type, value)`` with the cleaned loc, the issue type and the
+            refused value of every ``unknown_field`` and ``shape`` error; a non-empty return is
+            appended to the message (used to name upstream keys the compat import drops or
+            maps, CO-43).
 
     Returns:
         The issues, unsorted.
@@ -108,9 +110,6 @@ def issues_from_error(
         if kind == "extra_forbidden":
             issue_type = "unknown_field"
             message = f"unknown key '{loc[-1] if loc else ''}'"
-            extra = hint(loc) if hint else ""
-            if extra:
-                message = f"{message}: {extra}"
         elif kind == "missing":
             issue_type = "missing"
             message = f"required key '{loc[-1] if loc else ''}' is missing"
@@ -131,5 +130,9 @@ def issues_from_error(
         else:
             issue_type = "shape"
             message = f"{err['msg'][0].lower()}{err['msg'][1:]}, got {_describe(value)}"
+        if hint is not None and issue_type in ("unknown_field", "shape"):
+            extra = hint(loc, issue_type, value)
+            if extra:
+                message = f"{message}: {extra}"
         out.append(Issue(file, path, issue_type, message))
     return out

@@ -10,10 +10,11 @@ resolved at apply time by :func:`resolve_secrets` (CO-5).
 
 The compatibility import (``compat=True``, CO-43) first drops the upstream blocks crewlet does
 not run (one ``unsupported`` warning each, as an ``unknown_field`` issue of severity
-``warning``), then resolves ``lead``/``manages`` by display name too and rewrites them to
-handles and unit ids, so the returned company validates strictly. A document with no LLM
-provider is accepted there with a warning: its seats read as stopped until a revision adds one
-(CO-3).
+``warning``) and maps upstream shapes crewlet runs under another name (a plain-number
+``token_budget``, one ``mapped`` warning each; see :mod:`shared.config._company_compat`), then
+resolves ``lead``/``manages`` by display name too and rewrites them to handles and unit ids, so
+the returned company validates strictly. A document with no LLM provider is accepted there with
+a warning: its seats read as stopped until a revision adds one (CO-3).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def validate_company_data(
     Args:
         data: The parsed YAML document (not modified).
         file: Written into every issue's ``file``.
-        compat: Run the compatibility import: drop P2 blocks with warnings, resolve references
-            by display name and rewrite them to handles and unit ids.
+        compat: Run the compatibility import: drop P2 blocks and map upstream shapes, one
+            warning each, resolve references by display name and rewrite them to handles and
+            unit ids.
 
     Returns:
         ``(company, issues)``: the company is None when any issue is an error. Issues (errors and

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from crewlet.cli import app
 from shared.config import _company_api as api
 from shared.config._issues import ConfigInvalid, Issue
 
@@ -600,6 +602,26 @@ def test_upstream_fixture_compat(upstream_dir: Path) -> None:
     ]
     assert org.managers_of("junior-engineer") == ("tech-lead",)
     assert company.units[0].children[0].lead == "tech-lead"  # rewritten to the handle
+
+
+@pytest.mark.parametrize("name", ["fixture.company.yaml", "minimal.company.yaml"])
+def test_upstream_company_documents_load_with_compat_warnings_only(upstream_dir: Path, name: str) -> None:
+    path = upstream_dir / name
+    result = CliRunner().invoke(app, ["validate", "--compat", str(path)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[-1] == f"valid: {path}"
+    assert lines[:-1] and all(": warning: " in line for line in lines[:-1])
+
+
+def test_upstream_node_file_is_not_a_company_document(upstream_dir: Path) -> None:
+    # node.config.yaml is upstream's Tier A bootstrap file (Pulsar, PostgreSQL, API); --compat is
+    # about the company document, so it is refused by tier, never read as a company.
+    result = CliRunner().invoke(app, ["validate", "--compat", str(upstream_dir / "node.config.yaml")])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "cannot tell the tier" in result.stderr
 
 
 def test_compat_still_refuses_typos() -> None:
