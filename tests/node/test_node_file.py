@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,12 @@ def check(data: dict[str, Any], env: dict[str, str] | None = None) -> tuple[bool
     merged = {**TOKEN, **data}
     cfg, issues = node_config_from_data(merged, file="n.yaml", env=env or {}, check_files=True)
     return cfg is not None, [(i.path, i.severity, i.message) for i in issues]
+
+
+KEY_A = base64.b64encode(bytes(range(32))).decode()
+KEY_B = base64.b64encode(bytes(range(32, 64))).decode()
+KEY16 = base64.b64encode(bytes(16)).decode()
+KEY_K1 = {"id": "k1", "material": KEY_A}
 
 
 def cluster(peers: list[str], **extra: Any) -> dict[str, Any]:
@@ -185,6 +192,60 @@ REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "api.auth.tokens",
         "needs at least one token",
     ),
+    (
+        "keyring material not base64",
+        {"secrets": {"keys": [{"id": "k1", "material": "not base64!"}]}},
+        "secrets.keys[0].material",
+        "not valid base64",
+    ),
+    (
+        "keyring material of 16 bytes",
+        {"secrets": {"keys": [{"id": "k1", "material": KEY16}]}},
+        "secrets.keys[0].material",
+        "decodes to 16 bytes",
+    ),
+    (
+        "keyring material empty",
+        {"secrets": {"keys": [{"id": "k1", "material": ""}]}},
+        "secrets.keys[0].material",
+        "keygen",
+    ),
+    (
+        "keyring duplicate key ids",
+        {"secrets": {"active_key_id": "k1", "keys": [KEY_K1, {"id": "k1", "material": KEY_B}]}},
+        "secrets.keys[1].id",
+        "used twice",
+    ),
+    (
+        "keyring active key not among keys",
+        {"secrets": {"active_key_id": "k9", "keys": [KEY_K1]}},
+        "secrets.active_key_id",
+        "not among secrets.keys",
+    ),
+    (
+        "keyring of two keys without an active one",
+        {"secrets": {"keys": [KEY_K1, {"id": "k2", "material": KEY_B}]}},
+        "secrets.active_key_id",
+        "several keys",
+    ),
+    (
+        "keyring active key with no keys",
+        {"secrets": {"active_key_id": "k1"}},
+        "secrets.active_key_id",
+        "secrets.keys is empty",
+    ),
+    (
+        "keyring key id with a colon",
+        {"secrets": {"keys": [{"id": "k:1", "material": KEY_A}]}},
+        "secrets.keys[0].id",
+        "not a key id",
+    ),
+    (
+        "keyring key without material",
+        {"secrets": {"keys": [{"id": "k1"}]}},
+        "secrets.keys[0].material",
+        "required",
+    ),
     ("unknown key", {"node": {"idd": "x"}}, "node.idd", "unknown key"),
     ("wrong type", {"node": {"max_concurrent": "many"}}, "node.max_concurrent", "integer"),
 ]
@@ -301,3 +362,27 @@ def test_file_level_mistakes_name_the_file(tmp_path: Path, content: str | None, 
         load_node_file(path, env={})
     assert e.value.issues[0].file == str(path)
     assert words in e.value.issues[0].message
+
+
+def test_keyring_from_the_environment_with_one_key_active_by_default() -> None:
+    doc = {"secrets": {"keys": [{"id": "k1", "material": "${CREWLET_SECRETS_KEY}"}]}}
+    cfg, issues = node_config_from_data({**TOKEN, **doc}, env={"CREWLET_SECRETS_KEY": KEY_A})
+    assert cfg is not None, issues
+    assert cfg.secrets.active_key_id == "k1" and cfg.secrets.keys[0].material == KEY_A
+    assert KEY_A not in repr(cfg)  # material never shows in a repr (a log line or a traceback)
+    ok, issues = check(doc)
+    assert not ok
+    assert any(
+        p == "secrets.keys[0].material" and "${CREWLET_SECRETS_KEY} is not set" in m for p, _, m in issues
+    )
+    cfg, _ = node_config_from_data(TOKEN, env={})
+    assert cfg is not None and cfg.secrets.keys == [] and cfg.secrets.active_key_id == ""
+
+
+def test_keyring_rotation_shape_is_accepted_and_messages_never_echo_material() -> None:
+    ok, issues = check(
+        {"secrets": {"active_key_id": "k2", "keys": [KEY_K1, {"id": "k2", "material": KEY_B}]}}
+    )
+    assert ok and issues == []
+    _, issues = check({"secrets": {"keys": [{"id": "k1", "material": "c2VjcmV0LXZhbHVl"}]}})
+    assert issues and all("c2VjcmV0LXZhbHVl" not in m for _, _, m in issues)

@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 VENV_BIN = Path(sys.executable).parent
 TOKEN = "test-token-0123456789-abcdefghijkl"
+TEST_KEY = "0+wIc4cfqPukveOK5Vlcm9HjyADVViFUTNoaDKlVosY="
+"""The test fleet's keyring material (base64 of 32 bytes): every node a test starts holds it (CO-40)."""
+TEST_KEYRING = {"active_key_id": "test", "keys": [{"id": "test", "material": TEST_KEY}]}
 
 
 def free_port() -> int:
@@ -200,7 +203,8 @@ def write_yaml(path: Path, data: Any) -> Path:
 
 
 def node_file(dir: Path, *, node_id: str, port: int, **sections: Any) -> Path:
-    """Write a node file for a test node (token from ``CREWLET_API_TOKEN``) and return its path."""
+    """Write a node file for a test node (token from ``CREWLET_API_TOKEN``, keyring :data:`TEST_KEYRING`)
+    and return its path. ``secrets=None`` leaves the keyring out."""
     data: dict[str, Any] = {
         "node": {"id": node_id},
         "store": {"dir": str(dir / "store")},
@@ -209,9 +213,12 @@ def node_file(dir: Path, *, node_id: str, port: int, **sections: Any) -> Path:
             "port": port,
             "auth": {"tokens": [{"id": "test", "token": "${CREWLET_API_TOKEN}"}]},
         },
+        "secrets": TEST_KEYRING,
     }
     for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
+        if value is None:
+            data.pop(key, None)
+        elif isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}
         else:
             data[key] = value
