@@ -44,11 +44,10 @@ import nats.errors
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 
-from crewlet.node import apply_company
 from services.seats.dispatcher import Dispatcher
 from shared import coordination, records
 from shared.bus import Bus, Delivery, Envelope, Mailbox
-from shared.config import NodeConfig, load_company_file
+from shared.config import NodeConfig, OrgModel, load_company_file, resolve_secrets
 from shared.leases import Ledger, SeatHost
 from shared.runtime import PROTOCOL_VERSION, NodeContext
 from shared.turns import TurnEngine
@@ -84,7 +83,9 @@ async def _node(name: str, url: str, company: Any, seat: str, store: Path, marks
     js = nc.jetstream(timeout=10.0)
     ctx = NodeContext(NodeConfig.model_validate({"node": {"id": name}}))
     ctx.coord = await coordination.provision(js, replicas=1, lease_ttl=_TTL)
-    apply_company(ctx, company)
+    ctx.company = company  # the dispatcher reads the org; no control plane runs in this figure
+    ctx.resolved, _ = resolve_secrets(company, {})
+    ctx.org = OrgModel.from_company(ctx.resolved)
     fence: dict[str, Any] = {"f": None}
     bus = Bus(nc, js, fence=lambda h, e: bool(fence["f"] and fence["f"](h, e)))
     await bus.provision(replicas=1)

@@ -35,7 +35,7 @@ from shared.config import (
     read_yaml_mapping,
 )
 
-from . import fleet_status, knowledge_cli
+from . import config_cli, fleet_status, knowledge_cli, secrets_cli
 
 __all__ = ["app", "main"]
 
@@ -43,6 +43,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="crewlet: run
 fleet_app = typer.Typer(no_args_is_help=True, help="Fleet surfaces.")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(knowledge_cli.app, name="knowledge")
+app.add_typer(secrets_cli.app, name="secrets")
+app.add_typer(config_cli.app, name="config")
 
 EXIT_INVALID = 2
 _NODE_KEYS = {"node", "stream", "coordination", "store", "api", "telemetry", "logging"}
@@ -158,13 +160,22 @@ def _fail(issues: list[Issue]) -> None:
     raise typer.Exit(EXIT_INVALID)
 
 
-def _start(cfg: NodeConfig, company_path: str | None, warnings: list[Issue]) -> None:
-    company = org = None
+def _start(
+    cfg: NodeConfig, company_path: str | None, warnings: list[Issue], *, import_path: str | None = None
+) -> None:
+    """Validate the seed (``--company``) and ``--import-company`` files, then run the node (CO-4)."""
+    company = org = forced = None
     if company_path is not None:
         company, org, issues = _validate_company(company_path, compat=False)
         if company is None:
             _fail(issues)
         warnings += [i for i in issues if i.severity == "warning"]
+    if import_path is not None:
+        forced, _, issues = _validate_company(import_path, compat=False)
+        if forced is None:
+            _fail(issues)
+        warnings += [i for i in issues if i.severity == "warning"]
+        company_path = company_path or import_path
     logs.configure(level=cfg.logging.level, fmt=cfg.logging.format, node=cfg.node_id)
     for w in warnings:
         logs.get("config").warning("config_warning", file=w.file, path=w.path, message=w.message)
@@ -172,7 +183,7 @@ def _start(cfg: NodeConfig, company_path: str | None, warnings: list[Issue]) -> 
 
     del org
     company_dir = str(Path(company_path).resolve().parent) if company_path else "."
-    code = asyncio.run(run_node(cfg, company, company_dir=company_dir))
+    code = asyncio.run(run_node(cfg, company, company_dir=company_dir, import_company=forced))
     raise typer.Exit(code)
 
 
@@ -188,8 +199,16 @@ def run(
         str | None, typer.Option("--roles", help="Comma-separated roles (default: all four)")
     ] = None,
     log_format: Annotated[str, typer.Option("--log-format", help="json | console")] = "json",
+    import_company: Annotated[
+        str | None,
+        typer.Option("--import-company", help="Activate this company document at boot (CO-4)"),
+    ] = None,
 ) -> None:
-    """Run one node with every default: embedded broker, the example company (CO-29)."""
+    """Run one node with every default: embedded broker, the example company as a seed (CO-4, CO-29).
+
+    The company file is a seed: it is published only when the fleet has no active revision;
+    afterwards change the company with ``crewlet config import`` (or ``--import-company``).
+    """
     token = os.environ.get("CREWLET_API_TOKEN", "")
     if not token:
         token = secrets.token_urlsafe(24)
@@ -207,7 +226,10 @@ def run(
         _fail(issues)
     assert cfg is not None
     _start(
-        cfg, company or str(examples_dir() / "company.yaml"), [i for i in issues if i.severity == "warning"]
+        cfg,
+        company or str(examples_dir() / "company.yaml"),
+        [i for i in issues if i.severity == "warning"],
+        import_path=import_company,
     )
 
 
@@ -220,8 +242,12 @@ def node_cmd(
     roles: Annotated[str | None, typer.Option("--roles", help="Override node.roles (FL-12)")] = None,
     api_host: Annotated[str | None, typer.Option("--api-host", help="Override api.host")] = None,
     api_port: Annotated[int | None, typer.Option("--api-port", help="Override api.port (0 = none)")] = None,
+    import_company: Annotated[
+        str | None,
+        typer.Option("--import-company", help="Activate this company document at boot (CO-4)"),
+    ] = None,
 ) -> None:
-    """Run a node from a node file with any legal role set."""
+    """Run a node from a node file with any legal role set; ``--company`` is a seed (CO-4, FL-109)."""
     overrides: dict[str, Any] = {"api_host": api_host, "api_port": api_port}
     if roles:
         overrides["roles"] = [r.strip() for r in roles.split(",") if r.strip()]
@@ -230,7 +256,7 @@ def node_cmd(
     except ConfigInvalid as e:
         _fail(e.issues)
         return
-    _start(cfg, company, warnings)
+    _start(cfg, company, warnings, import_path=import_company)
 
 
 @app.command()

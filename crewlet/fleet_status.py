@@ -1,4 +1,7 @@
-"""``crewlet fleet status`` / ``make fleet-status``: print a node's ``GET /fleet`` (FL-7).
+"""``crewlet fleet status`` / ``make fleet-status``: print a node's ``GET /fleet`` (FL-7, FL-117).
+
+Each node's row carries its posture and its config epoch with the apply status (``3 ok``,
+``2 error``); a node's apply error is printed in full below the table.
 
 Exit 0 when the node answered; 1 when it could not be reached or answered 503 (lease store
 unavailable); 2 when no token is set or the token is refused.
@@ -14,6 +17,13 @@ from rich.console import Console
 from rich.table import Table
 
 __all__ = ["show"]
+
+
+def _config_cell(node: dict[str, Any]) -> str:
+    """``epoch N status`` from the node's ``crewlet_status`` row (FL-117); ``-`` when it aged out."""
+    if node.get("config_epoch") is None:
+        return f"{node.get('applied_epoch', '')} (no status)"
+    return f"{node['config_epoch']} {node.get('config_status') or ''}".strip()
 
 
 def show(url: str, token: str, *, as_json: bool = False, console: Console | None = None) -> int:
@@ -49,8 +59,9 @@ def show(url: str, token: str, *, as_json: bool = False, console: Console | None
         out.print_json(json.dumps(view))
         return 0
     nodes = Table(title=f"nodes (asked {view.get('asked', url)})")
-    for col in ("node", "roles", "labels", "broker", "protocol", "posture", "epoch", "seats", "in flight"):
+    for col in ("node", "roles", "labels", "broker", "protocol", "posture", "config", "seats", "in flight"):
         nodes.add_column(col)
+    errors: list[tuple[str, str]] = []
     for n in view.get("nodes", []):
         labels = ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items()))
         nodes.add_row(
@@ -60,11 +71,18 @@ def show(url: str, token: str, *, as_json: bool = False, console: Console | None
             str(n.get("broker")),
             str(n.get("protocol")),
             str(n.get("posture")),
-            str(n.get("applied_epoch", "")),
+            _config_cell(n),
             str(n.get("seats_held", "")),
             str(n.get("in_flight", "")),
         )
+        if n.get("config_error"):
+            errors.append((str(n["id"]), str(n["config_error"])))
     out.print(nodes)
+    fleet_epoch = view.get("config_epoch")
+    if fleet_epoch is not None:
+        out.print(f"fleet config epoch: {fleet_epoch}")
+    for node, error in errors:  # FL-117: the reason a node cannot apply, in full (≤ 2 000 bytes)
+        out.print(f"config error on {node}: {error}", markup=False, highlight=False)
     seats = Table(title="seats")
     for col in ("seat", "node", "epoch", "renewed at"):
         seats.add_column(col)

@@ -7,9 +7,12 @@ Boot order (FL-129: the listener comes up before anything is claimed):
 3. the coordination buckets are created or adopted (FL-35), or the in-process store for ``local``;
    the object store is opened and the ``objects`` slot claimed (a node configured with another
    store than the one recorded refuses to boot, naming both: ES-71);
-4. the company document is applied (CO-4: the file given is a seed);
-5. the presence lease ``node:{id}`` is claimed (FL-42);
-6. each role's start work runs, ``data → ingress → seats → workers``; then ``/ready`` is 200.
+4. the presence lease ``node:{id}`` is claimed (FL-42); the bus streams are provisioned;
+5. the control plane settles what the fleet runs (FL-109: the fleet's activation pointer; with none,
+   what this node served before, else its ``--company`` seed) and applies it once
+   (:mod:`crewlet.apply`: mailboxes, providers, the org);
+6. each role's start work runs, ``data → ingress → seats → workers``; then ``/ready`` is 200 and
+   the reconciler polls (with the ``revision_activated`` nudge) for later activations.
 
 The first SIGTERM/SIGINT drains (FL-129): admission stops, ``/ready`` answers 503 ``draining``,
 roles drain in reverse order while the listener stays open, presence is released last (FL-47),
@@ -32,6 +35,8 @@ import os
 import shutil
 import signal
 import socket
+import time
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -40,7 +45,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from shared import broker, coordination, leases, logs, objects, records, router, telemetry
+from shared import broker, control, coordination, leases, logs, objects, records, router, telemetry
 from shared.bus import Bus
 from shared.config import ALL_ROLES, NodeConfig
 from shared.errors import CrewletError, UsageError
@@ -52,8 +57,11 @@ from shared.runtime import (
     install_error_handlers,
     probes_router,
 )
+from shared.secrets import Keyring, SecretStore
 
-__all__ = ["build_app", "run_node"]
+from .apply import NodeApplier
+
+__all__ = ["build_app", "run_node", "seed_revision"]
 
 _log = logs.get("node")
 ROLE_ORDER = ("data", "ingress", "seats", "workers")
@@ -192,9 +200,10 @@ async def _open_objects(ctx: NodeContext) -> objects.ObjectStore:
 
 
 async def _open_bus(ctx: NodeContext) -> Bus:
-    """Provision the bus streams and create every agent seat's mailbox, on every node (FL-76, FL-78).
+    """Provision the bus streams, on every node (FL-76).
 
-    Mailboxes exist before anything publishes or claims, whatever this node's roles. Acks are
+    Every agent seat's mailbox is created by each apply, before the swap that lets anything
+    publish to it or claim it, whatever this node's roles (FL-78, :mod:`crewlet.apply`). Acks are
     fenced by the seat host once the seats role has one (``ctx.extras["seat_fence"]``); a node
     that holds no seat acks nothing.
     """
@@ -210,9 +219,6 @@ async def _open_bus(ctx: NodeContext) -> Bus:
         ctx.link.nc, ctx.link.js, fence=fence, ack_wait=timedelta(seconds=ctx.cfg.stream.ack_wait_seconds)
     )
     await bus.provision(replicas=ctx.cfg.stream.replicas)
-    if ctx.org is not None:
-        elapsed = await bus.ensure_mailboxes([s.handle for s in ctx.org.seats])
-        _log.info("mailboxes_ready", seats=len(ctx.org.seats), elapsed_ms=int(elapsed * 1000))
     ctx.extras["bus"] = bus
     return bus
 
@@ -244,35 +250,113 @@ def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
     }
 
 
-def apply_company(ctx: NodeContext, company: Any) -> None:
-    """Apply a company document to this node (CO-4, CO-5): resolve its secrets, build the org model.
+def seed_revision(company: Any) -> control.Revision:
+    """The revision a node's ``--company`` file seeds (CO-4, FL-109): content-derived id, source ``seed``."""
+    document = company.model_dump(mode="json", exclude_unset=True)
+    return control.Revision(
+        revision_id=control.seed_revision_id(document),
+        document=document,
+        summary="seeded from the node's --company file",
+        source="seed",
+        created_by="not recorded",
+        created_by_kind="system",
+    )
 
-    An unset ``${VAR}`` resolves to ``""`` and is logged once per apply as ``secret_unresolved``
-    (name and path, never a value); the surfaces that need it answer 503 until it is set.
 
-    Raises:
-        ConfigInvalid: a resolved value breaks a rule of its key.
+def _forced_revision(company: Any, node_id: str) -> control.Revision:
+    document = company.model_dump(mode="json", exclude_unset=True)
+    return control.Revision(
+        revision_id=control.new_revision_id(),
+        document=document,
+        summary="imported by --import-company",
+        source="import",
+        created_by=node_id,
+        created_by_kind="operator",
+    )
+
+
+async def _open_control(ctx: NodeContext, roles: list[RoleService], presence: Any) -> control.Reconciler:
+    """Build this node's reconciler (FL-106..FL-116) with the node's apply, posture and event hooks."""
+    assert ctx.coord is not None
+    cfg = ctx.cfg
+    store = control.ControlStore(ctx.coord, ctx.extras["keyring"])
+
+    async def on_posture(new: str, old: str) -> None:
+        ctx.extras["posture"] = new
+        ctx.extras["config_error"] = reconciler.error
+        ctx.extras["config_target_epoch"] = reconciler.target
+        for role in roles:
+            if role.on_posture is not None:
+                await role.on_posture(ctx, new)
+        if presence is not None and presence.held:  # peers stop counting a shedding node now
+            with contextlib.suppress(coordination.CoordinationUnavailable):
+                await presence.renew()
+
+    def on_event(data: dict[str, Any]) -> None:
+        ctx.extras["config_error"] = reconciler.error
+        events = ctx.extras.get("events")
+        if events is not None:
+            events.record(
+                {
+                    "event_time": int(time.time() * 1_000_000),
+                    "event_id": str(uuid.uuid4()),
+                    "event_type": "config_revision_applied",
+                    "source": ctx.node_id,
+                    "category": "config",
+                    "data": data,
+                }
+            )
+
+    reconciler = control.Reconciler(
+        store,
+        ctx.coord,
+        node_id=ctx.node_id,
+        apply=NodeApplier(ctx, roles),
+        interval=coordination.reconcile_interval(
+            timedelta(seconds=cfg.coordination.lease_ttl_seconds)
+        ).total_seconds(),
+        on_posture=on_posture,
+        on_event=on_event,
+        local=None if cfg.store.scratch else control.LocalRecord(cfg.store_dir),
+    )
+    ctx.extras["control"] = reconciler
+    return reconciler
+
+
+async def _subscribe_nudge(ctx: NodeContext, reconciler: control.Reconciler) -> Any:
+    """Subscribe to the activation broadcast (FL-108); a failure is logged, never fatal.
+
+    ``CREWLET_CONFIG_NUDGE=off`` leaves the subscription out (the poll alone converges, within one
+    jittered interval): for diagnosing the poll path.
     """
-    from shared.config import OrgModel, inert_paths, resolve_secrets
+    if os.environ.get("CREWLET_CONFIG_NUDGE", "").lower() in ("off", "0", "false"):
+        _log.warning("config_nudge_disabled", detail="CREWLET_CONFIG_NUDGE=off: the poll alone applies")
+        return None
+    if ctx.link is None:
+        return None
 
-    resolved, unresolved = resolve_secrets(company, os.environ)
-    for path, name in unresolved:
-        _log.warning("secret_unresolved", name=name, path=path)
-    for path in inert_paths(company):
-        _log.info("feature_inert", path=path)
-    ctx.company = company
-    ctx.resolved = resolved
-    ctx.org = OrgModel.from_company(resolved)
-    ctx.extras["applied_epoch"] = int(ctx.extras.get("applied_epoch", 0)) + 1
+    async def on_nudge(msg: Any) -> None:
+        reconciler.nudge()
+
+    try:
+        return await ctx.link.nc.subscribe(control.REVISION_ACTIVATED_SUBJECT, cb=on_nudge)
+    except Exception as e:  # noqa: BLE001 - FL-108: logged, not fatal
+        _log.warning("config_nudge_subscribe_failed", error=f"{type(e).__name__}: {e}")
+        return None
 
 
-async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = ".") -> int:
+async def run_node(
+    cfg: NodeConfig, company: Any = None, *, company_dir: str = ".", import_company: Any = None
+) -> int:
     """Run one node until it is drained; return the process exit code.
 
     Args:
         cfg: The validated node file.
-        company: The company document to apply at boot (a seed, CO-4), or None to run unconfigured.
+        company: The ``--company`` document, a seed (CO-4, FL-109): published only when the fleet
+            has no activation pointer and this node no record of what it served; else ignored
+            with ``company_seed_ignored``. None: run what the fleet runs (or unconfigured).
         company_dir: The company file's directory (offline-provider scripts are relative to it).
+        import_company: ``--import-company``: a document activated at boot whatever the fleet runs.
 
     Returns:
         The exit code (see the module docstring).
@@ -296,12 +380,6 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
         otlp_endpoint=cfg.telemetry.otlp_endpoint,
     )
     ctx.extras["telemetry_shutdown"] = tel.shutdown  # flushed after the drain (FL-6)
-    if company is not None:
-        try:
-            apply_company(ctx, company)
-        except CrewletError as e:
-            _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
-            return 2
     roles = load_roles(ctx)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -356,12 +434,16 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
     ctx.extras["watchdog_lag"] = watchdog.worst_lag
     presence: leases.Presence | None = None
     watch_task: asyncio.Task[None] | None = None
+    reconciler: control.Reconciler | None = None
+    nudge_sub: Any = None
     started: list[RoleService] = []
     code = 0
     try:
         if not stop.is_set():
+            ctx.extras["keyring"] = Keyring.for_node(cfg)  # CO-40: a fleet node without keys refuses (exit 2)
             ctx.link = await broker.open_broker(cfg)
             ctx.coord = await _open_coordination(ctx)
+            ctx.extras["secret_store"] = SecretStore(ctx.coord, ctx.extras["keyring"])  # FL-151
             router.open_router(ctx)  # every node reaches the estate through it (ES-32)
             ctx.objects = await _open_objects(ctx)  # ES-70..ES-73; another recorded store refuses the boot
             presence = leases.Presence(
@@ -375,12 +457,19 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
             await presence.start()
             ctx.extras["turns"] = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
             await _open_bus(ctx)
+            reconciler = await _open_control(ctx, roles, presence)
+            await reconciler.boot(  # FL-109: what the fleet runs, applied once before the roles start
+                seed=seed_revision(company) if company is not None else None,
+                force=_forced_revision(import_company, ctx.node_id) if import_company is not None else None,
+            )
             for role in roles:
                 if stop.is_set():
                     break
                 await role.start(ctx)
                 started.append(role)
             ctx.boot_done = True
+            nudge_sub = await _subscribe_nudge(ctx, reconciler)
+            reconciler.start()
             watch_task = asyncio.create_task(_watch_fleet(ctx), name="fleet-role-watch")
             _log.info(
                 "node_ready",
@@ -417,6 +506,11 @@ async def run_node(cfg: NodeConfig, company: Any = None, *, company_dir: str = "
             await presence.renew()
     if watch_task is not None:
         watch_task.cancel()
+    if reconciler is not None:  # no apply starts mid-drain
+        await reconciler.stop()
+    if nudge_sub is not None:
+        with contextlib.suppress(Exception):
+            await nudge_sub.unsubscribe()
     await watchdog.stop()  # FL-101: disarmed first; teardown may legitimately block
     for role in reversed(started):
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from shared import estate, leases, logs
 from shared.router import RpcServer
-from shared.runtime import NodeContext, RoleService
+from shared.runtime import CompanySnapshot, NodeContext, RoleService
 
 from .events import EventLog, estate_event
 
@@ -91,4 +91,13 @@ def service(ctx: NodeContext) -> RoleService:
         if events is not None:
             events.close()
 
-    return RoleService(name="data", start=start, drain=drain, stop=stop)
+    async def apply(ctx: NodeContext, snap: CompanySnapshot, prepared: Any) -> list[str]:
+        # before start (the boot's apply) the start seeds what the company names
+        est = held.get("estate")
+        if est is None:
+            return []
+        est.service.rules = estate.rules_from_company(snap.company, snap.org)
+        await est.seed(snap.org)  # idempotent: derived op ids; new projects and spaces appear
+        return ["tracker_projects", "knowledge_containers"]
+
+    return RoleService(name="data", start=start, drain=drain, stop=stop, apply=apply)

@@ -14,7 +14,7 @@ from shared import telemetry
 from shared.bus import Bus, Envelope
 from shared.runtime import NodeContext, RoleService, api_error
 
-from .api.routes import events, files, fleet, knowledge, messages, turns, webhooks, work
+from .api.routes import config, events, files, fleet, knowledge, messages, secrets, turns, webhooks, work
 from .triggers import TriggerPublisher
 
 __all__ = ["service"]
@@ -32,6 +32,7 @@ def service(ctx: NodeContext) -> RoleService:
     publisher = TriggerPublisher(publish, telemetry.inject)
     api = APIRouter()
     api.include_router(fleet.router(ctx))
+    api.include_router(config.router(ctx))
     api.include_router(webhooks.router(ctx, publisher))
     api.include_router(messages.router(ctx, publisher))
     api.include_router(turns.router(ctx))
@@ -39,4 +40,5 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(knowledge.router(ctx))
     api.include_router(files.router(ctx))
     api.include_router(events.router(ctx))
+    api.include_router(secrets.router(ctx))
     return RoleService(name="ingress", router=api)

@@ -27,7 +27,8 @@ def admit_work(ctx: NodeContext) -> None:
 
     Raises:
         HTTPException: 503 ``draining`` with ``Retry-After`` during a drain (FL-129), so the sender
-            tries another node; 503 ``no_active_revision`` before a company is applied (CO-4).
+            tries another node; 503 ``no_active_revision`` before a company is applied (CO-4);
+            503 ``shed``/``stuck`` while the node cannot apply the fleet's epoch (FL-113).
     """
     if ctx.draining:
         raise api_error(
@@ -36,6 +37,13 @@ def admit_work(ctx: NodeContext) -> None:
     if ctx.org is None:
         raise api_error(
             503, "no_active_revision", "the node has no active company", headers={"Retry-After": "5"}
+        )
+    if ctx.shedding:  # FL-113: this node cannot apply the fleet's epoch; a peer can take the work
+        raise api_error(
+            503,
+            ctx.posture,
+            f"this node's config posture is {ctx.posture}: retry on another node",
+            headers={"Retry-After": "5"},
         )
 
 

@@ -1,27 +1,37 @@
 """The ``seats`` role: claims seat leases, attaches their mailboxes, runs turns (FL-15, CO-7, CO-11).
 
-Start (after ``data`` on the same node, so the estate answers): build the providers and the turn
-engine from the applied company, create the seat host (leases with epoch fencing, FL-48..FL-55)
-with the dispatcher's hooks, assign every agent seat, start renewing and sweeping. Drain: the seat
-host releases every seat voluntarily — each running turn finishes first, its mailbox NAKs what it
-fetched and did not finish, then detaches (FL-65, FL-129). Stop: the providers' clients close.
+Live apply (FL-114..FL-116): ``prepare`` builds the revision's provider clients and refuses one that
+cannot be constructed for a reason other than an unset secret (status ``error``: the previous epoch
+keeps running); ``apply`` builds a new turn engine beside the old one (a turn takes the engine once
+at its start, so it finishes with the company it started with, FL-116), hands the seat host the new
+seat set (a removed seat is released ``role_gone`` at the next sweep, its mail kept in its mailbox;
+an added one is claimable by fair share) and sweeps at once. The old provider clients close once
+no turn started before the swap still runs.
 
-The node runner has already created every seat's mailbox (FL-78) and put the bus in
-``ctx.extras["bus"]`` and the turn records in ``ctx.extras["turns"]``.
+Start (after ``data`` on the same node, so the estate answers): create the seat host (leases with
+epoch fencing, FL-48..FL-55) with the dispatcher's hooks, assign every agent seat of the applied
+company, start renewing and sweeping. Posture (FL-113): on ``shed``/``stuck`` every seat is
+released fenced (reason ``posture``) and none is claimed until the posture admits work again.
+Drain: the seat host releases every seat voluntarily — each running turn finishes first, its
+mailbox NAKs what it fetched and did not finish, then detaches (FL-65, FL-129). Stop: the
+providers' clients close.
+
+The node runner has put the bus in ``ctx.extras["bus"]`` and the turn records in
+``ctx.extras["turns"]``; each apply created every seat's mailbox before the swap (FL-78).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from shared import logs, providers, telemetry
 from shared.bus import Bus
 from shared.leases import ClaimAll, FairShare, PlacementPolicy, SeatHost, Selector
 from shared.records import TurnStore
-from shared.runtime import PROTOCOL_VERSION, NodeContext, RoleService
+from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
 from shared.turns import TurnEngine
 
 from .dispatcher import Dispatcher
@@ -35,41 +45,72 @@ releasing owner); every seats node sweeps on it."""
 _log = logs.get("seat.host")
 
 
-def _secret_values(company: Any) -> list[str]:
-    """Resolved credential values to redact from recorded prompts (api keys, webhook secrets)."""
-    out: list[str] = []
-    for entry in company.providers.llm.values():
-        out += [k for k in entry.api_keys if k]
-    out += [w.secret for w in company.integrations.webhooks if w.secret]
-    return out
+def _unconstructable(provs: providers.ProviderSet) -> list[str]:
+    """Provider entries that cannot be built for a reason other than a missing API key.
+
+    A missing key (an unset ``${VAR}``, or none given) leaves its seats reading as stopped until a
+    secret or a revision supplies one (CO-3, CO-5); a missing offline rules file, a model or
+    base URL that is not there is a revision this node cannot run (FL-111).
+    """
+    return [reason for reason in provs.unconfigured.values() if "no usable API key" not in reason]
 
 
 def service(ctx: NodeContext) -> RoleService:
     """Build the seats role for ``ctx``."""
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"retired": []}
 
     def engine() -> TurnEngine:
         eng: TurnEngine = state["engine"]
         return eng
 
-    async def start(ctx: NodeContext) -> None:
-        if ctx.org is None or ctx.resolved is None or ctx.coord is None:
-            _log.warning("seats_idle", reason="no active company")
-            return
-        bus: Bus = ctx.extras["bus"]
-        turns: TurnStore = ctx.extras["turns"]
-        base_dir = Path(ctx.extras.get("company_dir", "."))
-        provs = providers.build_providers(ctx.resolved, base_dir=base_dir)
+    def seat_handles() -> list[str]:
+        if ctx.org is None or ctx.shedding:
+            return []
+        return [s.handle for s in ctx.org.seats]
+
+    async def prepare(ctx: NodeContext, snap: CompanySnapshot) -> providers.ProviderSet:
+        provs = providers.build_providers(snap.resolved, base_dir=snap.base_dir)
+        bad = _unconstructable(provs)
+        if bad:
+            await provs.aclose()
+            raise ValueError("; ".join(bad))
+        return provs
+
+    async def retire(old: providers.ProviderSet) -> None:
+        # FL-116: turns started before the swap keep the old clients; close them once none runs
+        while ctx.in_flight > 0:
+            await asyncio.sleep(1.0)
+        with contextlib.suppress(Exception):
+            await old.aclose()
+
+    async def apply(ctx: NodeContext, snap: CompanySnapshot, provs: Any) -> list[str]:
+        turns: TurnStore | None = ctx.extras.get("turns")
+        old = state.get("providers")
         state["providers"] = provs
         state["engine"] = TurnEngine(
-            ctx.org,
+            snap.org,
             provs,
             recorder=turns,
             metrics=telemetry.default_metrics(),
-            epoch=int(ctx.extras.get("applied_epoch", 0)),
+            epoch=snap.epoch,
             capture_content=ctx.cfg.telemetry.capture_content,
-            secrets=_secret_values(ctx.resolved),
+            secrets=snap.secret_values,
         )
+        if old is not None and old is not provs:
+            state["retired"].append(asyncio.create_task(retire(old), name="providers-retire"))
+        host: SeatHost | None = state.get("host")
+        if host is not None:
+            host.assign(seat_handles())
+            host.nudge()  # claim added seats and release removed ones now, not at the next sweep
+        return ["seat_identities", "seat_tools"]
+
+    async def start(ctx: NodeContext) -> None:
+        if ctx.coord is None:
+            return
+        if "engine" not in state:
+            _log.warning("seats_idle", reason="no active company")
+        bus: Bus = ctx.extras["bus"]
+        turns: TurnStore = ctx.extras["turns"]
         dispatcher = Dispatcher(ctx, bus, engine, turns)
 
         async def announce_release(handle: str, reason: str) -> None:
@@ -118,7 +159,7 @@ def service(ctx: NodeContext) -> RoleService:
         state["dispatcher"] = dispatcher
         ctx.extras["seats_health"] = lambda: {**host.health(), **(fair.health() if fair is not None else {})}
         ctx.extras["seat_host"] = host
-        host.assign([s.handle for s in ctx.org.seats])
+        host.assign(seat_handles())
         host.start()
         if ctx.link is not None:
 
@@ -127,6 +168,16 @@ def service(ctx: NodeContext) -> RoleService:
                     host.nudge()  # a peer freed a seat: sweep now, not on the timer
 
             state["released_sub"] = await ctx.link.nc.subscribe(RELEASED_SUBJECT, cb=on_released_elsewhere)
+
+    async def on_posture(ctx: NodeContext, posture: str) -> None:
+        host: SeatHost | None = state.get("host")
+        if host is None:
+            return
+        host.assign(seat_handles())
+        if ctx.shedding:  # FL-113: released fenced, reason posture; the deliveries go to peers
+            await asyncio.gather(*(host.release(h, "posture") for h in list(host.held())))
+        else:
+            host.nudge()
 
     async def drain(ctx: NodeContext) -> None:
         host: SeatHost | None = state.get("host")
@@ -139,8 +190,18 @@ def service(ctx: NodeContext) -> RoleService:
         if sub is not None:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+        for task in state["retired"]:
+            task.cancel()
         provs = state.get("providers")
         if provs is not None:
             await provs.aclose()
 
-    return RoleService(name="seats", start=start, drain=drain, stop=stop)
+    return RoleService(
+        name="seats",
+        start=start,
+        drain=drain,
+        stop=stop,
+        prepare=prepare,
+        apply=apply,
+        on_posture=on_posture,
+    )

@@ -6,7 +6,8 @@ prefetch, serial per seat) and hands it to :meth:`Dispatcher.handle`, which pass
 
 1. an undecodable body → ``notification_skipped{reason: undecodable}``, acked;
 2. the completion ledger: every constituent already done → ``turn_trigger_skipped``, acked;
-3. a seat removed by an apply or a human seat → ``notification_skipped``, acked;
+3. a seat removed by an apply, or a node whose posture is shed/stuck → deferred (its mail is kept
+   for the seat's next holder, FL-113); a human seat → ``notification_skipped``, acked;
 4. ``delegation_depth`` at the limit → the turn is recorded refused (``depth_cap``), acked;
 5. admission ``may_start`` (FL-72) → no: :class:`~shared.bus.Deferred` (NAK at once, pause);
 6. a draining node → Deferred, so the delivery goes promptly to the successor (FL-129);
@@ -183,9 +184,17 @@ class Dispatcher:
         envelope = env.to_dict()
         org = ctx.org
         seat = org.seat(handle) if org is not None else None
-        if seat is None:
-            _log.info("notification_skipped", seat=handle, reason="seat_removed", event_id=env.id)
-            return
+        if seat is None or ctx.shedding:
+            # A seat an apply removed keeps its mail until it is re-added (its mailbox is not
+            # retired here): defer, never ack, and the role_gone release detaches (FL-66). A
+            # shedding node defers too (FL-113): one delivery spent, the message goes to a peer.
+            _log.info(
+                "notification_deferred",
+                seat=handle,
+                reason="shedding" if ctx.shedding else "seat_removed",
+                event_id=env.id,
+            )
+            raise Deferred()
         if seat.kind == "human":
             _log.info("notification_skipped", seat=handle, reason="human_seat", event_id=env.id)
             return

@@ -25,7 +25,7 @@ from typing import Any
 from shared import logs, records
 from shared.bus import Bus, BusUnavailable, Envelope
 from shared.leases import Duties
-from shared.runtime import PROTOCOL_VERSION, NodeContext, RoleService
+from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
 
 from .scheduler import Fire, Scheduler
 
@@ -120,4 +120,8 @@ def service(ctx: NodeContext) -> RoleService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 30.0)
 
-    return RoleService(name="workers", start=start, drain=drain)
+    async def apply(ctx: NodeContext, snap: CompanySnapshot, prepared: Any) -> list[str]:
+        # the scheduler reads ctx.org at every tick: the swap is the whole apply (FL-114)
+        return ["scheduler"]
+
+    return RoleService(name="workers", start=start, drain=drain, apply=apply)

@@ -5,7 +5,7 @@ Every call answers yes (a value), no (``None``/``False``/:class:`RevisionConflic
 """
 
 from ._base import Coordination, Entry
-from ._buckets import DUTY_CEILING, SLOTS, BucketSpec, Slot, bucket_specs
+from ._buckets import DUTY_CEILING, SLOTS, BucketSpec, Slot, bucket_specs, reconcile_interval
 from ._errors import (
     BucketMismatch,
     CoordinationError,
@@ -34,4 +34,5 @@ __all__ = [
     "Slot",
     "bucket_specs",
     "provision",
+    "reconcile_interval",
 ]

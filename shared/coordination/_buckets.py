@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-__all__ = ["DUTY_CEILING", "SLOTS", "BucketSpec", "Slot", "bucket_specs"]
+__all__ = ["DUTY_CEILING", "SLOTS", "BucketSpec", "Slot", "bucket_specs", "reconcile_interval"]
 
 Slot = Literal[
     "leases",
@@ -29,11 +29,23 @@ Slot = Literal[
     "channels",
     "objects",
     "messages",
+    "secrets",
+    "revisions",
 ]
 SLOTS: tuple[Slot, ...] = Slot.__args__  # type: ignore[attr-defined]
 
 DUTY_CEILING = timedelta(hours=3)
 """The longest duty TTL (``skill-curator``); the duties bucket's age (FL-34, FL-92)."""
+
+
+def reconcile_interval(lease_ttl: timedelta) -> timedelta:
+    """The control plane's reconcile (poll) interval: one heartbeat, TTL/3 (FL-108, FL-110).
+
+    15 s at the default 45 s TTL, as the spec's numbers table has it; derived rather than fixed so a
+    test fleet with a short TTL reconciles as fast as it heartbeats. The ``status`` bucket's age is
+    four of these (60 s by default): a node that stops reporting vanishes from it.
+    """
+    return lease_ttl / 3
 
 
 @dataclass(frozen=True)
@@ -72,11 +84,13 @@ def bucket_specs(prefix: str, *, lease_ttl: timedelta) -> dict[Slot, BucketSpec]
         ("ledger", timedelta(days=7), "turn completions"),
         ("fires", timedelta(days=7), "scheduled-fire claims"),
         ("cooldowns", timedelta(hours=24), "credential cooldown end instants"),
-        ("status", timedelta(seconds=60), "per-node apply status"),
+        ("status", 4 * reconcile_interval(lease_ttl), "per-node apply status (4 reconcile intervals)"),
         ("config", None, "activation pointer (epoch)"),
         ("budgets", None, "token usage counters"),
         ("channels", None, "agent-to-agent channel records"),
         ("objects", None, "which object store holds the company's files; collector status"),
         ("messages", timedelta(days=7), "API message status and reply (CO-8; ours)"),
+        ("secrets", None, "company credentials sealed under the Tier A keyring (FL-151, CO-40)"),
+        ("revisions", None, "company revision history, sealed bodies with their origin (CO-4; ours)"),
     ]
     return {slot: BucketSpec(slot, f"{prefix}_{slot}", age, holds) for slot, age, holds in table}

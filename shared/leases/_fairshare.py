@@ -125,10 +125,11 @@ class FairShare:
                 floor = min(floor, rec.protocol)
                 if "seats" not in rec.roles:
                     continue
-                if rec.meta.get("draining") is True:
+                if rec.meta.get("draining") is True or rec.meta.get("posture") in ("shed", "stuck"):
                     # A draining node is handing its seats off (FL-129): counting it would keep
                     # every peer at its share and leave each seat it releases unowned until its
                     # presence goes, after its longest turn (FL-47 keeps it listed, not counted).
+                    # A shedding node gave its seats back (FL-113): peers take its share.
                     continue
                 labels = rec.meta.get("labels")
                 nodes[rec.node or res[5:]] = _Node(

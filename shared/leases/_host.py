@@ -144,6 +144,7 @@ class SeatHost:
         self._tasks: list[asyncio.Task[None]] = []
         self.last_claim: float | None = None
         self.last_loss: float | None = None
+        self._stopping = False
 
     # -- intervals ---------------------------------------------------------------------------
 
@@ -495,7 +496,7 @@ class SeatHost:
                 _log.error("seat_heartbeat_failed", error=f"{type(e).__name__}: {e}")
 
     async def _sweep_loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.sweep()
             except CoordinationUnavailable as e:  # unknown: skip this sweep, keep what is held
@@ -505,10 +506,13 @@ class SeatHost:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._nudged.wait(), self._sweep_interval)
             self._nudged.clear()
+        # Ends by the flag, not only by cancel: on Python 3.11 a cancel that meets a nudge
+        # completing the wait_for can be swallowed, and the drain would wait for this loop for good.
 
     def start(self) -> None:
         """Start the heartbeat (every TTL/3, FL-52) and placement sweep (FL-56) loops."""
         if not self._tasks:
+            self._stopping = False
             self._tasks = [
                 asyncio.create_task(self._heartbeat_loop(), name="seat-heartbeat"),
                 asyncio.create_task(self._sweep_loop(), name="seat-sweep"),
@@ -525,6 +529,8 @@ class SeatHost:
         would be fenced after a TTL — and stops only once every seat is released.
         """
         tasks, self._tasks = self._tasks, []
+        self._stopping = True
+        self._nudged.set()
         heartbeat = [t for t in tasks if t.get_name() == "seat-heartbeat"]
         others = [t for t in tasks if t not in heartbeat]
         for task in others:

@@ -85,14 +85,25 @@ class NodeContext:
 
     @property
     def posture(self) -> str:
-        """The config posture (FL-126): ``serve`` once configured, ``wait`` before."""
+        """The config posture (FL-111): the reconciler's (``ctx.extras["posture"]``), else
+        ``serve`` once configured and ``wait`` before."""
+        p = self.extras.get("posture")
+        if isinstance(p, str):
+            return p
         return "serve" if self.company is not None else "wait"
+
+    @property
+    def shedding(self) -> bool:
+        """True while the posture is ``shed`` or ``stuck``: refuse new work, hold no seat (FL-113)."""
+        return self.posture in ("shed", "stuck")
 
     def ready(self) -> tuple[bool, str, str]:
         """Return ``(ready, reason, detail)`` for ``GET /ready`` (FL-127, FL-128).
 
         Reasons, first failing cause first: ``draining``, ``unconfigured`` (boot not finished or no
-        company), ``broker_unlinked`` (the connection is reconnecting).
+        company), ``broker_unlinked`` (the connection is reconnecting), ``shed`` / ``stuck`` (this
+        node cannot apply the epoch its peers applied, FL-112; ``detail`` carries the apply error).
+        A drain outranks posture.
         """
         if self.draining:
             return False, "draining", "the node is draining"
@@ -104,6 +115,10 @@ class NodeContext:
             )
         if self.link is not None and not self.link.connected:
             return False, "broker_unlinked", f"reconnecting to {self.link.url}"
+        if self.shedding:
+            error = str(self.extras.get("config_error") or "")
+            epoch = self.extras.get("config_target_epoch", 0)
+            return False, self.posture, f"cannot apply config epoch {epoch} that peers applied: {error}"
         return True, "", ""
 
     def health(self) -> dict[str, Any]:

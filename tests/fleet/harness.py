@@ -131,6 +131,8 @@ class Fleet:
         self.accepted: dict[str, str] = {}  # event id → seat, every trigger an ingress accepted
         self.message_ids: dict[str, str] = {}  # event id → message id, for API messages
         self.paused: set[str] = set()
+        self.env: dict[str, dict[str, str]] = {}  # node → extra environment for its next start
+        self.seats: tuple[str, ...] = SEATS  # the agent seats of the active revision
         self.company = write_yaml(root / "company.yaml", company_doc(self.llm))
         try:
             self.cluster = _cluster(root)
@@ -168,7 +170,7 @@ class Fleet:
             ["node", "--node", str(path), "--company", str(self.company), *args],
             dir=self.root / name / f"run{runs + 1}",
             port=port,
-            env={"GITHUB_WEBHOOK_SECRET": SECRET},
+            env={"GITHUB_WEBHOOK_SECRET": SECRET, **self.env.get(name, {})},
         )
         self.procs[label] = node
         if name in self.files:
@@ -236,7 +238,7 @@ class Fleet:
         except (httpx.HTTPError, AssertionError, StopIteration):
             return {}
 
-    def converged(self, nodes: tuple[str, ...] | None = None, seats: tuple[str, ...] = SEATS) -> str:
+    def converged(self, nodes: tuple[str, ...] | None = None, seats: tuple[str, ...] | None = None) -> str:
         """ "" when every seat is owned exactly once by the given live nodes, within each one's share.
 
         Exactly once on both sides: the lease bucket names one owner per seat, and the seats the
@@ -247,6 +249,7 @@ class Fleet:
             "" when converged, else what is not yet true (for :func:`wait_for` messages).
         """
         names = nodes or tuple(self.live())
+        seats = seats if seats is not None else self.seats
         held = self.held()
         owners = self.owners()
         share = math.ceil(len(seats) / len(names))
@@ -259,13 +262,18 @@ class Fleet:
             return f"over the share {share}: {held}"
         return ""
 
-    def wait_converged(self, timeout: float = 60.0, nodes: tuple[str, ...] | None = None) -> float:
+    def wait_converged(
+        self,
+        timeout: float = 60.0,
+        nodes: tuple[str, ...] | None = None,
+        seats: tuple[str, ...] | None = None,
+    ) -> float:
         """Wait until :meth:`converged`; return the seconds it took."""
         t0 = time.monotonic()
         last = "never asked"
         deadline = t0 + timeout
         while time.monotonic() < deadline:
-            last = self.converged(nodes)
+            last = self.converged(nodes, seats)
             if not last:
                 return time.monotonic() - t0
             time.sleep(0.1)

@@ -34,6 +34,7 @@ class Request:
     first_round: bool
     text: str
     at: float
+    authorization: str = ""
 
 
 class _Server(ThreadingHTTPServer):
@@ -69,7 +70,7 @@ class FleetLLM:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 try:
                     body = json.loads(raw)
-                    reply, delay = server._answer(body)
+                    reply, delay = server._answer(body, self.headers.get("Authorization", ""))
                 except (ValueError, KeyError, IndexError, TypeError) as e:
                     reply, delay = Reply({"error": {"message": f"bad request: {e}"}}, status=400), 0.0
                 if delay and server._stopping.wait(delay):
@@ -103,14 +104,14 @@ class FleetLLM:
             "api_keys": ["fleet-test-key"],
         }
 
-    def _answer(self, body: dict[str, Any]) -> tuple[Reply, float]:
+    def _answer(self, body: dict[str, Any], authorization: str = "") -> tuple[Reply, float]:
         messages = body["messages"]
         match = _HANDLE.search(str(messages[0]["content"]))
         seat = match.group(1) if match else "?"
         first = messages[-1].get("role") != "tool"
         text = str(messages[-1].get("content") or "")
         with self._cond:
-            self.seen.append(Request(seat, first, text, time.monotonic()))
+            self.seen.append(Request(seat, first, text, time.monotonic(), authorization))
             self._cond.notify_all()
         if not first:
             return openai_text(f"done for {seat}"), 0.0

@@ -1,6 +1,7 @@
 """``GET /fleet``: the fleet as the lease bucket says (FL-117, FL-152).
 
-Live nodes (roles, labels, broker kind, protocol, posture, applied epoch), seat → node with epoch,
+Live nodes (roles, labels, broker kind, protocol, posture, applied epoch, and from ``crewlet_status``
+their config epoch, status, error and report instant, FL-117), seat → node with epoch,
 duty holders, unmanned roles, unowned seats, and unplaceable seats (seats whose placement no live
 seats node matches, FL-61). Read from the lease and duty buckets, never by asking peers, so every
 ingress node answers the same ownership. An unreadable store answers 503 — never an empty fleet.
@@ -12,7 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from shared import leases
+from shared import control, leases
 from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 
@@ -50,6 +51,20 @@ def router(ctx: NodeContext) -> APIRouter:
             raise api_error(503, "lease store unavailable", str(e)) from None
         view["unplaceable_seats"] = unplaceable(view, ctx.org) if ctx.org is not None else []
         view["asked"] = ctx.node_id
+        try:  # FL-117: each node's config epoch, status and error; an aged-out status reads absent
+            statuses = await control.read_statuses(ctx.coord)
+        except CoordinationUnavailable:
+            statuses = {}
+        for node in view["nodes"]:
+            st = statuses.get(node["id"])
+            node["config_epoch"] = st.applied_epoch if st is not None else None
+            node["config_status"] = st.status if st is not None else None
+            node["config_error"] = (st.error or None) if st is not None else None
+            node["config_reported_at"] = st.reported_at if st is not None else None
+            if st is not None:
+                node["posture"] = st.posture
+        rec = ctx.extras.get("control")
+        view["config_epoch"] = getattr(rec, "target", None)
         return view
 
     return r

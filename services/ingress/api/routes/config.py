@@ -1,0 +1,280 @@
+"""The company document through the API: ``/config`` and its revisions (CO-4, CO-27, FL-104..FL-109).
+
+- ``GET /config`` (``config:read``): the active revision with its origin, epoch and activation
+  instant, the document with ``${...}`` intact and literal credentials masked (``?format=yaml``:
+  the document alone as YAML); 503 ``no_active_revision`` when the fleet has none.
+- ``PUT /config`` (``config:write``): the body is the document (JSON, or YAML with a YAML content
+  type); ``X-Summary`` is required (422 ``missing_summary``); ``If-Match: <revision_id>`` or
+  ``none`` (412 ``if_match_failed``); ``?compat=true`` runs the compatibility import (CO-43);
+  ``?dry_run=true`` validates and answers the changes without storing anything. A document that is
+  not a runnable company is 422 ``invalid_company`` with every issue. Otherwise the revision is
+  stored in history first, then the pointer is moved to it by compare-and-set against the epoch
+  read when the request began (FL-106): a lost race is 409 ``revision_advanced`` (the revision
+  stays in history). 201 ``{revision_id, epoch, activated_at, warnings, applied_here}`` once this
+  node applied it (it waits up to 10 s; ``applied_here`` false when it did not in time).
+- ``GET /config/revisions`` (newest first), ``GET /config/revisions/{id}`` (404
+  ``unknown_revision``), ``GET /config/revisions/{id}/diff?against=ID`` (redacted both sides;
+  default: against its parent), ``POST /config/revisions/{id}/activate`` (a new epoch even for the
+  active revision: the gesture for picking up rotated secrets, FL-104/FL-115).
+
+Every activation is followed by the ``crewlet.config.revision_activated`` broadcast (FL-108). The
+store not answering is 503 ``control_unavailable`` (the outcome of a write is then unknown: read
+``GET /config`` before repeating it). A draining node refuses writes with 503 + ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from shared import control, logs
+from shared.config import validate_company_data
+from shared.runtime import NodeContext, api_error, require_grant
+
+__all__ = ["router"]
+
+_log = logs.get("control.api")
+APPLY_WAIT = 10.0
+"""Seconds a write waits for this node to apply what it activated before answering."""
+
+
+def _error(status: int, code: str, detail: str, **extra: Any) -> HTTPException:
+    return HTTPException(status, {"error": code, "detail": detail, **extra})
+
+
+def _translate(e: Exception) -> HTTPException:
+    if isinstance(e, control.UnknownRevision):
+        return _error(404, "unknown_revision", str(e))
+    if isinstance(e, control.RevisionAdvanced):
+        return _error(
+            409,
+            "revision_advanced",
+            str(e),
+            revision_id=e.revision_id,
+            active_revision_id=e.active_revision_id,
+        )
+    if isinstance(e, control.PayloadUnopenable):
+        return _error(503, "payload_unopenable", str(e))
+    if isinstance(e, control.ControlUnavailable):
+        return _error(
+            503, "control_unavailable", f"the coordination store did not answer; outcome unknown: {e}"
+        )
+    raise e
+
+
+def _header_text(value: str) -> str:
+    try:
+        return value.encode("latin-1").decode("utf-8").strip()
+    except UnicodeError:
+        return value.strip()
+
+
+def _yaml(document: Any) -> PlainTextResponse:
+    return PlainTextResponse(
+        yaml.safe_dump(document, sort_keys=False, allow_unicode=True), media_type="text/yaml"
+    )
+
+
+def _revision_body(rev: control.Revision, *, document: bool) -> dict[str, Any]:
+    out = rev.meta()
+    if document:
+        out["document"] = control.redact(rev.document)
+    return out
+
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the ``/config`` routes over ``ctx.extras["control"]`` (the node's reconciler)."""
+    r = APIRouter(tags=["config"])
+    read = [Depends(require_grant(ctx.cfg, "config:read"))]
+    write = require_grant(ctx.cfg, "config:write")
+
+    def reconciler() -> control.Reconciler:
+        rec = ctx.extras.get("control")
+        if not isinstance(rec, control.Reconciler):
+            raise api_error(
+                503, "not_ready", "the control plane is not open yet", headers={"Retry-After": "5"}
+            )
+        return rec
+
+    def admit_write() -> None:
+        if ctx.draining:
+            raise api_error(
+                503, "draining", "this node is draining; retry on another node", headers={"Retry-After": "5"}
+            )
+
+    async def announce(rec: control.Reconciler, act: control.Activation) -> bool:
+        if ctx.link is not None and not ctx.link.nc.is_closed:
+            payload = {"revision_id": act.revision.revision_id, "summary": act.revision.summary}
+            try:
+                await ctx.link.nc.publish(control.REVISION_ACTIVATED_SUBJECT, json.dumps(payload).encode())
+            except Exception as e:  # noqa: BLE001 - the poll still converges (FL-108)
+                _log.warning("config_nudge_publish_failed", error=f"{type(e).__name__}: {e}")
+        rec.nudge()
+        return await rec.wait_applied(act.epoch, APPLY_WAIT)
+
+    def activated(act: control.Activation, applied: bool, **extra: Any) -> dict[str, Any]:
+        return {
+            "revision_id": act.revision.revision_id,
+            "epoch": act.epoch,
+            "activated_at": act.activated_at_iso,
+            "applied_here": applied,
+            **extra,
+        }
+
+    @r.get("/config", dependencies=read, response_model=None)
+    async def get_config(format: str = "json") -> Any:
+        rec = reconciler()
+        try:
+            act = await rec.store.pointer()
+        except (control.ControlUnavailable, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        if act is None:
+            raise api_error(503, "no_active_revision", "the fleet has no active company revision")
+        if format == "yaml":
+            return _yaml(control.redact(act.revision.document))
+        return {
+            **_revision_body(act.revision, document=True),
+            "epoch": act.epoch,
+            "activated_at": act.activated_at_iso,
+            "activated_by": act.activated_by,
+        }
+
+    @r.put("/config", status_code=201)
+    async def put_config(
+        request: Request, token_id: str = Depends(write), compat: bool = False, dry_run: bool = False
+    ) -> Any:
+        admit_write()
+        rec = reconciler()
+        # headers arrive as latin-1; a UTF-8 summary ("café") is re-read as UTF-8
+        summary = _header_text(request.headers.get("x-summary", ""))
+        if not summary:
+            raise _error(422, "missing_summary", "X-Summary is required: say what this revision changes")
+        raw = await request.body()
+        try:
+            if "yaml" in request.headers.get("content-type", ""):
+                document = yaml.safe_load(raw)
+            else:
+                document = json.loads(raw)
+        except (ValueError, yaml.YAMLError) as e:
+            raise _error(422, "invalid_company", f"the body is not a document: {e}", issues=[]) from None
+        if not isinstance(document, dict):
+            raise _error(
+                422,
+                "invalid_company",
+                "the body must be a company document (a mapping)",
+                issues=[
+                    {
+                        "file": "",
+                        "path": "",
+                        "type": "shape",
+                        "message": "top level must be a mapping",
+                        "severity": "error",
+                    }
+                ],
+            )
+        company, issues = validate_company_data(document, file="", compat=compat)
+        if company is None:
+            errors = [i for i in issues if i.severity == "error"]
+            raise _error(
+                422,
+                "invalid_company",
+                f"not a runnable company: {len(errors)} error(s), first {errors[0].path}: {errors[0].message}",
+                issues=[i.as_dict() for i in issues],
+            )
+        if compat:  # store what validates strictly: the compat rewrites applied
+            document = company.model_dump(mode="json", exclude_unset=True)
+        warnings = [i.as_dict() for i in issues]
+        try:
+            epoch, active_id, _ = await rec.store.epoch()
+            if_match = request.headers.get("if-match", "").strip().strip('"')
+            if if_match and (
+                (if_match == "none" and epoch) or (if_match != "none" and if_match != active_id)
+            ):
+                raise _error(
+                    412,
+                    "if_match_failed",
+                    f"If-Match {if_match!r} but the active revision is {active_id or 'none'}",
+                    active_revision_id=active_id or None,
+                )
+            current = None
+            if epoch:
+                try:
+                    current = await rec.store.pointer()
+                except control.PayloadUnopenable:
+                    current = None  # a pointer that does not open here is replaced, not diffed (FL-107)
+            changes = [
+                c.as_dict() for c in control.diff(current.revision.document if current else {}, document)
+            ]
+            if dry_run:
+                return JSONResponse(
+                    {"valid": True, "revision_id": None, "warnings": warnings, "changes": changes}, 200
+                )
+            revision = control.Revision(
+                revision_id=control.new_revision_id(),
+                document=document,
+                summary=summary,
+                source="cli" if request.headers.get("x-crewlet-client") == "cli" else "api",
+                created_by=token_id or "not recorded",
+                created_by_kind="operator",
+                operator_id=token_id,
+                parent_revision_id=active_id or None,
+            )
+            await rec.store.store(revision)  # history first; active only once the pointer moved (FL-106)
+            act = await rec.store.activate(revision, by=token_id, expected_epoch=epoch)
+        except (control.ControlUnavailable, control.RevisionAdvanced, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        _log.info("config_revision_activated", revision_id=revision.revision_id, epoch=act.epoch, by=token_id)
+        applied = await announce(rec, act)
+        return activated(act, applied, warnings=warnings, changes=len(changes))
+
+    @r.get("/config/revisions", dependencies=read)
+    async def list_revisions(limit: int = 100) -> dict[str, Any]:
+        rec = reconciler()
+        try:
+            history = await rec.store.history()
+            epoch, active_id, _ = await rec.store.epoch()
+        except (control.ControlUnavailable, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        rows = [{**r.meta(), "active": r.revision_id == active_id} for r in history[: max(1, limit)]]
+        return {"revisions": rows, "active_revision_id": active_id or None, "epoch": epoch}
+
+    @r.get("/config/revisions/{revision_id}", dependencies=read, response_model=None)
+    async def get_revision(revision_id: str, format: str = "json") -> Any:
+        rec = reconciler()
+        try:
+            rev = await rec.store.get(revision_id)
+        except (control.ControlUnavailable, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        if format == "yaml":
+            return _yaml(control.redact(rev.document))
+        return _revision_body(rev, document=True)
+
+    @r.get("/config/revisions/{revision_id}/diff", dependencies=read)
+    async def diff_revision(revision_id: str, against: str | None = None) -> dict[str, Any]:
+        rec = reconciler()
+        try:
+            to = await rec.store.get(revision_id)
+            base_id = against or to.parent_revision_id
+            base = await rec.store.get(base_id) if base_id else None
+        except (control.ControlUnavailable, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        changes = control.diff(base.document if base is not None else {}, to.document)
+        return {"from": base_id, "to": revision_id, "changes": [c.as_dict() for c in changes]}
+
+    @r.post("/config/revisions/{revision_id}/activate", status_code=201)
+    async def activate(revision_id: str, request: Request, token_id: str = Depends(write)) -> dict[str, Any]:
+        admit_write()
+        rec = reconciler()
+        try:
+            rev = await rec.store.get(revision_id)
+            act = await rec.store.activate(rev, by=token_id)
+        except (control.ControlUnavailable, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        _log.info("config_revision_activated", revision_id=revision_id, epoch=act.epoch, by=token_id)
+        return activated(act, await announce(rec, act))
+
+    return r

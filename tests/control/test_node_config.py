@@ -1,0 +1,197 @@
+"""The control plane on one real node process (embedded broker): seed, restart, offline import,
+an unsealed pointer, and a turn pinning the company it started with (CO-4, FL-107, FL-109, FL-116)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.main_job.support import Broker, wait_for
+from tests.support.procs import REPO, TOKEN, VENV_BIN, Node
+
+H = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def example() -> dict[str, Any]:
+    data = yaml.safe_load((REPO / "examples" / "company.yaml").read_text())
+    data["providers"]["llm"]["default"]["script"] = str((REPO / "examples" / "offline-script.yaml").resolve())
+    return dict(data)
+
+
+def get_config(node: Node) -> dict[str, Any]:
+    r = node.get("/config")
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def put(node: Node, doc: dict[str, Any], summary: str) -> dict[str, Any]:
+    r = httpx.put(node.url + "/config", json=doc, headers={**H, "X-Summary": summary}, timeout=30)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def test_restart_keeps_what_it_served_and_ignores_an_edited_seed(
+    start_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """CO-4, FL-109: the --company file is a seed; after a PUT the restarted node serves the PUT."""
+    seed = tmp_path / "company.yaml"
+    seed.write_text(yaml.safe_dump(example()))
+    data = tmp_path / "data"
+    node = start_node("run", "--data-dir", str(data), "--company", str(seed), name="n1")
+    node.wait_ready(60)
+    first = get_config(node)
+    assert first["source"] == "seed" and first["epoch"] >= 1
+    doc = example()
+    doc["mission"] = "Served before the restart"
+    done = put(node, doc, "new mission")
+    assert done["applied_here"] is True and done["epoch"] > first["epoch"]
+    assert node.stop() == 0
+    edited = example()
+    edited["mission"] = "An edited seed nobody activated"
+    seed.write_text(yaml.safe_dump(edited))
+    again = start_node("run", "--data-dir", str(data), "--company", str(seed), name="n2", port=node.port)
+    again.wait_ready(60)
+    now = get_config(again)
+    assert (
+        now["revision_id"] == done["revision_id"]
+        and now["document"]["mission"] == "Served before the restart"
+    )
+    assert [e for e in again.events() if e.get("event") == "company_seed_ignored"]
+    assert again.get("/health", token=None).json()["applied_epoch"] == now["epoch"]
+
+
+def test_offline_import_moves_the_pointer_at_next_start(
+    start_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """FL-109: ``crewlet config import --offline`` against a stopped node; its next start publishes it."""
+    data = tmp_path / "data"
+    node = start_node("run", "--data-dir", str(data), name="n1")
+    node.wait_ready(60)
+    before = get_config(node)
+    assert node.stop() == 0
+    doc = example()
+    doc["mission"] = "Imported while stopped"
+    path = tmp_path / "offline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = subprocess.run(
+        [
+            str(VENV_BIN / "crewlet"),
+            "config",
+            "import",
+            str(path),
+            "--offline",
+            "--data-dir",
+            str(data / "node-0"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "next start" in out.stdout
+    again = start_node("run", "--data-dir", str(data), name="n2", port=node.port)
+    again.wait_ready(60)
+    now = get_config(again)
+    assert now["source"] == "offline" and now["document"]["mission"] == "Imported while stopped"
+    assert now["epoch"] > before["epoch"]
+
+
+def test_an_unsealed_pointer_is_refused_and_never_kept(
+    start_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """FL-107: a pointer whose body is stored unsealed: apply status ``error`` with the remedy, the
+    node keeps its epoch (a single node: ``isolated``, still ready), the body never enters history."""
+    data = tmp_path / "data"
+    node = start_node("run", "--data-dir", str(data), name="n1")
+    node.wait_ready(60)
+    before = get_config(node)
+    broker = Broker(data / "node-0")
+    record = {
+        "revision_id": "r-plaintext",
+        "payload": example(),
+        "activated_at": int(time.time() * 1000) + 60_000,
+    }
+
+    async def write(nc: Any) -> None:
+        kv = await nc.jetstream().key_value("crewlet_config")
+        await kv.put("activation", json.dumps(record).encode())
+
+    broker._run(write)
+
+    def errored() -> dict[str, Any] | None:
+        h = node.get("/health", token=None).json()
+        return h if h["posture"] == "isolated" else None
+
+    wait_for("the node goes isolated", errored, timeout=20)
+    failures = [e for e in node.events() if e.get("event") == "config_apply_failed"]
+    assert (
+        failures
+        and "not sealed" in failures[-1]["error"]
+        and "crewlet config import" in failures[-1]["error"]
+    )
+    assert node.get("/ready", token=None).status_code == 200  # isolated keeps serving
+    assert node.get("/health", token=None).json()["applied_epoch"] == before["epoch"]
+    revisions = node.get("/config/revisions").json()["revisions"]
+    assert "r-plaintext" not in {r["revision_id"] for r in revisions}
+    # a sealed activation through the API brings it back
+    doc = example()
+    doc["mission"] = "Recovered"
+    done = put(node, doc, "recover")
+    assert done["applied_here"] is True
+    assert node.get("/health", token=None).json()["posture"] == "serve"
+
+
+def test_a_running_turn_keeps_the_company_it_started_with(
+    start_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """FL-116: a turn started before an apply finishes under the old epoch; the next one runs on the new."""
+    from tests.fleet.llm import FleetLLM
+
+    llm = FleetLLM()
+    try:
+        doc = example()
+        doc["providers"]["llm"] = {"default": llm.entry()}
+        seed = tmp_path / "company.yaml"
+        seed.write_text(yaml.safe_dump(doc))
+        node = start_node("run", "--data-dir", str(tmp_path / "data"), "--company", str(seed), name="n1")
+        node.wait_ready(60)
+        epoch0 = get_config(node)["epoch"]
+        llm.delays["dev"] = 3.0
+        r = httpx.post(node.url + "/seats/dev/messages", json={"text": "slow one"}, headers=H, timeout=10)
+        assert r.status_code == 202, r.text
+        slow = r.json()["message_id"]
+        llm.wait_first_round("dev", 0)
+        doc["mission"] = "A mission the running turn never saw"
+        epoch1 = put(node, doc, "mid-turn apply")["epoch"]
+        llm.delays.pop("dev")
+        r = httpx.post(node.url + "/seats/dev/messages", json={"text": "after"}, headers=H, timeout=10)
+        fast = r.json()["message_id"]
+
+        def turn_of(message_id: str) -> dict[str, Any] | None:
+            m = node.get(f"/messages/{message_id}").json()
+            if m.get("status") != "answered":
+                return None
+            return dict(node.get(f"/turns/{m['turn_id']}").json())
+
+        old = wait_for("the slow turn", lambda: turn_of(slow), timeout=30)
+        new = wait_for("the next turn", lambda: turn_of(fast), timeout=30)
+        assert old["record"]["epoch"] == epoch0 and new["record"]["epoch"] == epoch1
+        first_prompts = [q.text for q in llm.requests("dev")]
+        assert first_prompts  # both turns reached the model
+    finally:
+        llm.stop()
+
+
+def test_config_routes_need_their_grants(start_node: Callable[..., Node], tmp_path: Path) -> None:
+    node = start_node("run", "--data-dir", str(tmp_path / "data"), name="n1")
+    node.wait_ready(60)
+    for method, path in (("GET", "/config"), ("PUT", "/config"), ("GET", "/config/revisions")):
+        r = httpx.request(method, node.url + path, timeout=10)
+        assert r.status_code == 401, (method, path, r.text)
