@@ -36,6 +36,7 @@ from . import (  # noqa: E402
     fig7_search,
     fig8_webhooks,
     fig9_memory,
+    fig10_config,
 )
 from ._ctx import Ctx  # noqa: E402
 from ._result import Row, failed, render_table, write_json  # noqa: E402
@@ -50,6 +51,7 @@ FIGURES: dict[str, tuple[str, Callable[[Ctx], list[Row]]]] = {
     "7": ("knowledge search", fig7_search.run),
     "8": ("signed webhook ingest", fig8_webhooks.run),
     "9": ("memory of idle seats", fig9_memory.run),
+    "10": ("config activation until applied", fig10_config.run),
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
