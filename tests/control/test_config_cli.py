@@ -266,3 +266,17 @@ def test_public_names_are_pinned() -> None:
     from crewlet import config_cli
 
     assert sorted(config_cli.__all__) == ["absolute_scripts", "app", "change_line", "check_document"]
+
+
+def test_compat_document_imports_into_a_running_node(node: Node) -> None:
+    """CO-43: the test document carrying every upstream shape at depth imports with warnings only,
+    and the node applies it (its provider has no key: its seats read as stopped, CO-5)."""
+    shapes = REPO / "tests" / "config" / "data" / "compat-shapes.company.yaml"
+    out = crewlet("config", "import", "--compat", str(shapes), url=node.url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "warning" in out.stderr and "learning" in out.stderr and "error" not in out.stderr.lower()
+    shown = crewlet("config", "show", "--json", url=node.url)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["document"]["name"] == "Compat Shapes Co"
+    health = node.get("/health", token=None).json()
+    assert health["posture"] == "serve" and health["applied_epoch"] == json.loads(shown.stdout)["epoch"]
+    crewlet("config", "import", str(EXAMPLE), "--summary", "back to the example", url=node.url)

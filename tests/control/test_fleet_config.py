@@ -329,6 +329,26 @@ def test_secret_set_on_a_is_used_on_b_after_reactivation(fleet: Fleet, otlp: Otl
     activate(fleet, base_doc(fleet), "back to the base")
 
 
+def test_repinning_a_held_seat_moves_it(fleet: Fleet) -> None:
+    """FL-62: an apply that pins a held seat to another node: the holder hands it back (reason
+    ``placement``) and the pinned node takes it, within two sweeps; no restart."""
+    fleet.wait_converged(30)
+    holder = fleet.owners()["ops"]
+    target = next(n for n in fleet.names if n != holder)
+    doc = base_doc(fleet)
+    eng = next(u for u in doc["units"] if u["id"] == "eng")
+    next(r for r in eng["roles"] if r.get("handle") == "ops")["placement"] = {"node": target}
+    t0 = time.monotonic()
+    wait_epoch(fleet, int(activate(fleet, doc, f"pin ops to {target}")["epoch"]))
+    wait_for(f"ops moves to {target}", lambda: fleet.owners().get("ops") == target, timeout=20)
+    print(f"\n[config timing] re-pinned seat moved in {time.monotonic() - t0:.2f} s (sweep 5 s)")
+    released = [e for e in fleet.events(holder, "seat_released") if e.get("seat") == "ops"]
+    assert released and released[-1]["reason"] == "placement"
+    activate(fleet, base_doc(fleet), "unpin ops")
+    fleet.wait_converged(40)
+    fleet.check_history()
+
+
 def test_bad_revisions_are_refused_before_the_pointer_moves(fleet: Fleet) -> None:
     """A document that is not a runnable company is 422 with every issue named; the epoch holds."""
     with fleet.api("b") as c:

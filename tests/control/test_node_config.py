@@ -195,3 +195,65 @@ def test_config_routes_need_their_grants(start_node: Callable[..., Node], tmp_pa
     for method, path in (("GET", "/config"), ("PUT", "/config"), ("GET", "/config/revisions")):
         r = httpx.request(method, node.url + path, timeout=10)
         assert r.status_code == 401, (method, path, r.text)
+
+
+def test_unconfigured_node_takes_its_first_revision_live(
+    start_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """FL-127, CO-4: a node with no company is 503 ``unconfigured`` until ``PUT /config``; then its
+    seats are claimed and answer, without a restart."""
+    from tests.support.procs import free_port, node_file
+
+    port = free_port()
+    cfg = node_file(tmp_path / "n", node_id="fresh", port=port)
+    node = start_node("node", "--node", str(cfg), name="n", port=port)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            r = node.get("/ready", token=None)
+            if r.json().get("reason") == "unconfigured" and r.json().get("detail") == "no active company":
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    assert r.status_code == 503 and r.json()["reason"] == "unconfigured"
+    assert node.get("/config").json()["error"] == "no_active_revision"
+    msg = httpx.post(node.url + "/seats/dev/messages", json={"text": "hi"}, headers=H, timeout=10)
+    assert msg.status_code == 503 and msg.json()["error"] == "no_active_revision"
+    done = put(node, example(), "first revision")
+    assert done["applied_here"] is True
+    node.wait_ready(30)
+    wait_for("seats claimed", lambda: node.get("/health", token=None).json()["seats"]["held"], timeout=30)
+    r = httpx.post(node.url + "/seats/triage/messages", json={"text": "hello"}, headers=H, timeout=10)
+    assert r.status_code == 202, r.text
+    wait_for(
+        "the message answered",
+        lambda: node.get(f"/messages/{r.json()['message_id']}").json().get("status") == "answered",
+        timeout=30,
+    )
+
+
+def test_edit_one_entity_and_revert(start_node: Callable[..., Node], tmp_path: Path) -> None:
+    """CO-39: replace one role; the whole document is re-validated; unknown entities are 404; revert."""
+    node = start_node("run", "--data-dir", str(tmp_path / "data"), name="n1")
+    node.wait_ready(60)
+    first = get_config(node)
+    role = next(r for u in first["document"]["units"] for r in u.get("roles", []) if r.get("handle") == "dev")
+    role = {**role, "goal": "Ship the lantern on Fridays"}
+    r = httpx.put(
+        node.url + "/config/roles/dev", json=role, headers={**H, "X-Summary": "dev goal"}, timeout=30
+    )
+    assert r.status_code == 201, r.text
+    now = get_config(node)
+    dev = next(r for u in now["document"]["units"] for r in u.get("roles", []) if r.get("handle") == "dev")
+    assert dev["goal"] == "Ship the lantern on Fridays" and now["parent_revision_id"] == first["revision_id"]
+    missing = httpx.put(node.url + "/config/roles/nobody", json=role, headers=H, timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"] == "no_such_entity"
+    broken = {**role, "lead": "no-such-seat"}
+    r = httpx.put(node.url + "/config/roles/dev", json=broken, headers=H, timeout=30)
+    assert r.status_code == 422 and any("lead" in i["path"] for i in r.json()["issues"])
+    r = httpx.post(node.url + f"/config/revisions/{first['revision_id']}/revert", headers=H, timeout=30)
+    assert r.status_code == 201, r.text
+    reverted = get_config(node)
+    assert reverted["document"] == first["document"] and reverted["epoch"] > now["epoch"]
+    assert reverted["summary"] == f"revert to {first['revision_id']}"

@@ -12,6 +12,10 @@
   read when the request began (FL-106): a lost race is 409 ``revision_advanced`` (the revision
   stays in history). 201 ``{revision_id, epoch, activated_at, warnings, applied_here}`` once this
   node applied it (it waits up to 10 s; ``applied_here`` false when it did not in time).
+- ``PUT /config/roles/{handle}``, ``/config/units/{id}``, ``/config/llm-providers/{key}``,
+  ``/config/mcp-servers/{name}`` (CO-39): replace one entity of the active document (the whole
+  document re-validated; never creates: 404 ``no_such_entity``), compare-and-set against the epoch
+  the edit read; ``POST /config/revisions/{id}/revert``: a new revision equal to ``{id}``.
 - ``GET /config/revisions`` (newest first), ``GET /config/revisions/{id}`` (404
   ``unknown_revision``), ``GET /config/revisions/{id}/diff?against=ID`` (redacted both sides;
   default: against its parent), ``POST /config/revisions/{id}/activate`` (a new epoch even for the
@@ -24,6 +28,7 @@ store not answering is 503 ``control_unavailable`` (the outcome of a write is th
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -77,6 +82,65 @@ def _yaml(document: Any) -> PlainTextResponse:
     return PlainTextResponse(
         yaml.safe_dump(document, sort_keys=False, allow_unicode=True), media_type="text/yaml"
     )
+
+
+def _issue(path: str, kind: str, message: str) -> dict[str, str]:
+    return {"file": "", "path": path, "type": kind, "message": message, "severity": "error"}
+
+
+async def _active(rec: control.Reconciler) -> tuple[int, str, dict[str, Any] | None]:
+    """``(epoch, active revision id, its document)``; the document is None when the fleet has none
+    or its body does not open here (it is then replaced, not diffed: FL-107)."""
+    epoch, active_id, _ = await rec.store.epoch()
+    if not epoch:
+        return 0, "", None
+    try:
+        act = await rec.store.pointer()
+    except control.PayloadUnopenable:
+        return epoch, active_id, None
+    return epoch, active_id, act.revision.document if act is not None else None
+
+
+def _units(items: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for unit in items if isinstance(items, list) else []:
+        if isinstance(unit, dict):
+            out.append(unit)
+            out.extend(_units(unit.get("children")))
+    return out
+
+
+def _replace_in(items: Any, key: str, name: str, body: dict[str, Any]) -> bool:
+    if not isinstance(items, list):
+        return False
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get(key) == name:
+            items[i] = body
+            return True
+    return False
+
+
+def _replace_entity(document: dict[str, Any], kind: str, name: str, body: dict[str, Any]) -> bool:
+    """Replace one role (by handle), unit (by id), LLM provider (by key) or MCP server (by name) in
+    place; False when the document has none by that name (CO-39 never creates)."""
+    if kind == "role":
+        return any(
+            _replace_in(where.get("roles"), "handle", name, body)
+            for where in [document, *_units(document.get("units"))]
+        )
+    if kind == "unit":
+        return any(
+            _replace_in(where.get(k), "id", name, body)
+            for where in [document, *_units(document.get("units"))]
+            for k in ("units", "children")
+        )
+    if kind == "llm provider":
+        llm = (document.get("providers") or {}).get("llm")
+        if isinstance(llm, dict) and name in llm:
+            llm[name] = body
+            return True
+        return False
+    return _replace_in(document.get("mcp_servers"), "name", name, body)
 
 
 def _revision_body(rev: control.Revision, *, document: bool) -> dict[str, Any]:
@@ -143,38 +207,31 @@ def router(ctx: NodeContext) -> APIRouter:
             "activated_by": act.activated_by,
         }
 
-    @r.put("/config", status_code=201)
-    async def put_config(
-        request: Request, token_id: str = Depends(write), compat: bool = False, dry_run: bool = False
+    async def commit(
+        request: Request,
+        document: Any,
+        *,
+        token_id: str,
+        summary: str,
+        compat: bool = False,
+        dry_run: bool = False,
+        base: tuple[int, str, dict[str, Any] | None] | None = None,
     ) -> Any:
+        """Validate ``document``, store it in history, move the pointer (FL-106); answer 201.
+
+        ``base`` is ``(epoch, active revision id, active document)`` as the caller read it (the
+        per-entity edits); None reads it here. The compare-and-set is against that epoch.
+        """
         admit_write()
         rec = reconciler()
-        # headers arrive as latin-1; a UTF-8 summary ("café") is re-read as UTF-8
-        summary = _header_text(request.headers.get("x-summary", ""))
         if not summary:
             raise _error(422, "missing_summary", "X-Summary is required: say what this revision changes")
-        raw = await request.body()
-        try:
-            if "yaml" in request.headers.get("content-type", ""):
-                document = yaml.safe_load(raw)
-            else:
-                document = json.loads(raw)
-        except (ValueError, yaml.YAMLError) as e:
-            raise _error(422, "invalid_company", f"the body is not a document: {e}", issues=[]) from None
         if not isinstance(document, dict):
             raise _error(
                 422,
                 "invalid_company",
                 "the body must be a company document (a mapping)",
-                issues=[
-                    {
-                        "file": "",
-                        "path": "",
-                        "type": "shape",
-                        "message": "top level must be a mapping",
-                        "severity": "error",
-                    }
-                ],
+                issues=[_issue("", "shape", "top level must be a mapping")],
             )
         company, issues = validate_company_data(document, file="", compat=compat)
         if company is None:
@@ -189,7 +246,10 @@ def router(ctx: NodeContext) -> APIRouter:
             document = company.model_dump(mode="json", exclude_unset=True)
         warnings = [i.as_dict() for i in issues]
         try:
-            epoch, active_id, _ = await rec.store.epoch()
+            if base is None:
+                epoch, active_id, current = await _active(rec)
+            else:
+                epoch, active_id, current = base
             if_match = request.headers.get("if-match", "").strip().strip('"')
             if if_match and (
                 (if_match == "none" and epoch) or (if_match != "none" and if_match != active_id)
@@ -200,15 +260,7 @@ def router(ctx: NodeContext) -> APIRouter:
                     f"If-Match {if_match!r} but the active revision is {active_id or 'none'}",
                     active_revision_id=active_id or None,
                 )
-            current = None
-            if epoch:
-                try:
-                    current = await rec.store.pointer()
-                except control.PayloadUnopenable:
-                    current = None  # a pointer that does not open here is replaced, not diffed (FL-107)
-            changes = [
-                c.as_dict() for c in control.diff(current.revision.document if current else {}, document)
-            ]
+            changes = [c.as_dict() for c in control.diff(current or {}, document)]
             if dry_run:
                 return JSONResponse(
                     {"valid": True, "revision_id": None, "warnings": warnings, "changes": changes}, 200
@@ -229,7 +281,82 @@ def router(ctx: NodeContext) -> APIRouter:
             raise _translate(e) from None
         _log.info("config_revision_activated", revision_id=revision.revision_id, epoch=act.epoch, by=token_id)
         applied = await announce(rec, act)
-        return activated(act, applied, warnings=warnings, changes=len(changes))
+        return JSONResponse(activated(act, applied, warnings=warnings, changes=len(changes)), 201)
+
+    @r.put("/config", status_code=201)
+    async def put_config(
+        request: Request, token_id: str = Depends(write), compat: bool = False, dry_run: bool = False
+    ) -> Any:
+        raw = await request.body()
+        try:
+            if "yaml" in request.headers.get("content-type", ""):
+                document = yaml.safe_load(raw)
+            else:
+                document = json.loads(raw)
+        except (ValueError, yaml.YAMLError) as e:
+            raise _error(
+                422,
+                "invalid_company",
+                f"the body is not a document: {e}",
+                issues=[_issue("", "shape", f"not JSON/YAML: {e}")],
+            ) from None
+        return await commit(
+            request,
+            document,
+            token_id=token_id,
+            summary=_header_text(request.headers.get("x-summary", "")),
+            compat=compat,
+            dry_run=dry_run,
+        )
+
+    async def edit_entity(request: Request, token_id: str, kind: str, name: str) -> Any:
+        """CO-39: replace one entity of the active document; never creates (404 ``no_such_entity``)."""
+        try:
+            body = json.loads(await request.body())
+        except ValueError as e:
+            raise _error(422, "invalid_request", f"the body is not JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise _error(422, "invalid_request", f"the body must be one {kind} (a mapping)")
+        rec = reconciler()
+        try:
+            epoch, active_id, current = await _active(rec)
+        except (control.ControlUnavailable, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        if current is None:
+            raise api_error(503, "no_active_revision", "the fleet has no active company revision")
+        document = copy.deepcopy(current)
+        if not _replace_entity(document, kind, name, body):
+            raise _error(404, "no_such_entity", f"the active revision has no {kind} {name!r}")
+        summary = _header_text(request.headers.get("x-summary", "")) or f"replace {kind} {name}"
+        return await commit(
+            request, document, token_id=token_id, summary=summary, base=(epoch, active_id, current)
+        )
+
+    @r.put("/config/roles/{handle}", status_code=201)
+    async def put_role(handle: str, request: Request, token_id: str = Depends(write)) -> Any:
+        return await edit_entity(request, token_id, "role", handle)
+
+    @r.put("/config/units/{unit_id}", status_code=201)
+    async def put_unit(unit_id: str, request: Request, token_id: str = Depends(write)) -> Any:
+        return await edit_entity(request, token_id, "unit", unit_id)
+
+    @r.put("/config/llm-providers/{key}", status_code=201)
+    async def put_provider(key: str, request: Request, token_id: str = Depends(write)) -> Any:
+        return await edit_entity(request, token_id, "llm provider", key)
+
+    @r.put("/config/mcp-servers/{name}", status_code=201)
+    async def put_mcp_server(name: str, request: Request, token_id: str = Depends(write)) -> Any:
+        return await edit_entity(request, token_id, "mcp server", name)
+
+    @r.post("/config/revisions/{revision_id}/revert", status_code=201)
+    async def revert(revision_id: str, request: Request, token_id: str = Depends(write)) -> Any:
+        rec = reconciler()
+        try:
+            old = await rec.store.get(revision_id)
+        except (control.ControlUnavailable, control.UnknownRevision) as e:
+            raise _translate(e) from None
+        summary = _header_text(request.headers.get("x-summary", "")) or f"revert to {revision_id}"
+        return await commit(request, old.document, token_id=token_id, summary=summary)
 
     @r.get("/config/revisions", dependencies=read)
     async def list_revisions(limit: int = 100) -> dict[str, Any]:
