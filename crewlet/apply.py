@@ -73,7 +73,9 @@ class NodeApplier:
         except Exception as e:  # noqa: BLE001 - the store did not answer: nothing changed
             return ApplyOutcome("error", f"secret store: {type(e).__name__}: {e}", stages)
         stages.append("secrets")
-        company, issues = validate_company_data(revision.document, file=f"revision {revision.revision_id}")
+        company, issues = validate_company_data(
+            revision.document, file=f"revision {revision.revision_id}", compat=revision.compat
+        )
         if company is None:
             lines = [i.line() for i in issues if i.severity == "error"]
             return ApplyOutcome("error", "\n".join(lines), stages)

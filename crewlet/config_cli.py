@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, cast
 from urllib.parse import quote
@@ -277,7 +278,13 @@ class _Node:
         return EXIT_UNREACHABLE if r.status_code >= 500 else EXIT_REFUSED
 
 
+_REVISION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
 def _revision_path(revision: str) -> str:
+    """The route of one revision; an id that no revision can have is refused locally (exit 2)."""
+    if not _REVISION_ID.match(revision):
+        _fail([f"unknown revision {revision!r}: `crewlet config revisions` lists them"])
     return "/config/revisions/" + quote(revision, safe="")
 
 
@@ -346,9 +353,9 @@ def import_cmd(
         _fail(["nothing was imported"])
     if offline:
         assert data_dir is not None
-        # the node stores no compat flag: keep the converted document, which validates strictly
+        # keep the converted document; the revision carries the compat flag for its apply (CO-43)
         stored = company.model_dump(mode="json", exclude_unset=True) if compat else document
-        _import_offline(data_dir, absolute_scripts(stored, file.resolve().parent), summary)
+        _import_offline(data_dir, absolute_scripts(stored, file.resolve().parent), summary, compat=compat)
         return
     document = absolute_scripts(document, file.resolve().parent)
     node = _Node(url, token)
@@ -375,7 +382,7 @@ def import_cmd(
     _echo_activated(answer)
 
 
-def _import_offline(data_dir: Path, document: dict[str, Any], summary: str) -> None:
+def _import_offline(data_dir: Path, document: dict[str, Any], summary: str, *, compat: bool = False) -> None:
     """Store ``document`` in a stopped node's store (FL-109): the pointer moves at its next start."""
     from shared import control  # the control plane; imported only when asked for
     from shared.errors import CrewletError, UsageError
@@ -383,14 +390,15 @@ def _import_offline(data_dir: Path, document: dict[str, Any], summary: str) -> N
     if not data_dir.is_dir():
         _fail([f"{data_dir}: no such directory (give the node's store.dir, e.g. .crewlet/node-0)"])
     try:
-        revision = control.offline_import(data_dir, document, summary=summary)
+        store = control.node_store(data_dir)
+        revision = control.offline_import(store, document, summary=summary, compat=compat)
     except CrewletError as e:
         lines = [i.line() for i in getattr(e, "issues", None) or [] if isinstance(i, Issue)]
         _fail([*lines, f"{data_dir}: {e}"], EXIT_REFUSED if isinstance(e, UsageError) else EXIT_UNREACHABLE)
     except OSError as e:
         _fail([f"{data_dir}: {e.strerror or e}"], EXIT_UNREACHABLE)
     typer.echo(
-        f"revision {revision} stored in {data_dir}; the fleet's pointer moves to it at that node's next start"
+        f"revision {revision} stored in {store}; the fleet's pointer moves to it at that node's next start"
     )
 
 

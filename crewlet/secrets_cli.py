@@ -59,11 +59,19 @@ def read_value(name: str) -> str:
     """Return the value for ``secrets set``: stdin when piped (one trailing newline stripped),
     else a hidden prompt with confirmation."""
     if not sys.stdin.isatty():
-        value = sys.stdin.read()
+        try:
+            value = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError:
+            _fail(f"{name}: the value on stdin is not UTF-8 text")
         if value.endswith("\r\n"):
-            return value[:-2]
-        return value[:-1] if value.endswith("\n") else value
-    return str(typer.prompt(f"value of {name}", hide_input=True, confirmation_prompt=True))
+            value = value[:-2]
+        elif value.endswith("\n"):
+            value = value[:-1]
+    else:
+        value = str(typer.prompt(f"value of {name}", hide_input=True, confirmation_prompt=True))
+    if not value:
+        _fail(f"{name}: an empty value; to remove a secret use `crewlet secrets unset {name}`")
+    return value
 
 
 def _call(method: str, url: str, token: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -40,6 +40,7 @@ __all__ = [
     "company_json_schema",
     "inert_paths",
     "load_company_file",
+    "offline_script_issues",
     "resolve_secrets",
     "validate_company_data",
     "validate_company_file",
@@ -90,6 +91,24 @@ def validate_company_data(
     for where, key, value in org.rewrites:
         where[key] = value  # type: ignore[index]  # dict key or list index, as recorded
     return Company.model_validate(work), issues
+
+
+def offline_script_issues(
+    data: Mapping[str, Any], base: Path, *, file: str = "", compat: bool = False
+) -> list[Issue]:
+    """Check each offline provider's rules file (CO-15): it exists and is a valid rules file.
+
+    Args:
+        data: The company document.
+        base: Where a relative ``script`` path resolves (the company file's directory; for a
+            revision, the node's company directory).
+        file: Written into every issue about the company document.
+        compat: Resolve seat references as the compatibility import does (CO-43).
+
+    Returns:
+        One issue per problem, each naming ``providers.llm.<key>.script``.
+    """
+    return _script_issues(data, base, file, compat)
 
 
 def _script_issues(data: Mapping[str, Any], base: Path, file: str, compat: bool) -> list[Issue]:

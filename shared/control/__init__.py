@@ -7,7 +7,7 @@ The apply itself — what a revision changes on a node — is the composition ro
 (``crewlet/apply.py``): this seam knows no role.
 """
 
-from ._diff import Change, diff, redact
+from ._diff import MASK, Change, diff, masked_credentials, redact
 from ._errors import (
     CompanyRefused,
     ControlUnavailable,
@@ -17,7 +17,7 @@ from ._errors import (
     RevisionAdvanced,
     UnknownRevision,
 )
-from ._local import LocalRecord, LocalRevision, offline_import
+from ._local import LocalRecord, LocalRevision, node_store, offline_import
 from ._posture import MAX_ATTEMPTS, Posture, PostureTracker, posture
 from ._reconciler import EVENT_ERROR_LIMIT, REVISION_ACTIVATED_SUBJECT, ApplyOutcome, Reconciler
 from ._records import (
@@ -38,6 +38,7 @@ __all__ = [
     "ACTIVATION_KEY",
     "ERROR_TEXT_LIMIT",
     "EVENT_ERROR_LIMIT",
+    "MASK",
     "MAX_ATTEMPTS",
     "REVISION_ACTIVATED_SUBJECT",
     "Activation",
@@ -63,8 +64,10 @@ __all__ = [
     "UnknownRevision",
     "cut_text",
     "diff",
+    "masked_credentials",
     "digest_of",
     "new_revision_id",
+    "node_store",
     "offline_import",
     "posture",
     "read_statuses",

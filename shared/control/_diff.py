@@ -12,11 +12,12 @@ validator's: ``units[eng].roles[dev].goal``, ``providers.llm.default.model``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Change", "diff", "redact"]
+__all__ = ["MASK", "Change", "diff", "masked_credentials", "redact"]
 
 MASK = "***"
 _REF = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
@@ -101,15 +102,22 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _walk(before: Any, after: Any, path: str, out: list[Change]) -> None:
+def _shown(value: Any, secret: bool) -> Any:
+    return _mask(value) if secret else redact(value)
+
+
+def _walk(before: Any, after: Any, path: str, out: list[Change], secret: bool = False) -> None:
+    """Compare the raw values; show them redacted (a changed credential reads ``*** -> ***``)."""
     if isinstance(before, dict) and isinstance(after, dict):
         for key in [*before, *(k for k in after if k not in before)]:
+            where = _join(path, str(key))
+            inner = secret or key in _SECRET_KEYS or key in _SECRET_MAPS
             if key not in after:
-                out.append(Change(_join(path, str(key)), "removed", before[key], None))
+                out.append(Change(where, "removed", _shown(before[key], inner), None))
             elif key not in before:
-                out.append(Change(_join(path, str(key)), "added", None, after[key]))
+                out.append(Change(where, "added", None, _shown(after[key], inner)))
             else:
-                _walk(before[key], after[key], _join(path, str(key)), out)
+                _walk(before[key], after[key], where, out, inner)
         return
     if isinstance(before, list) and isinstance(after, list):
         ident = _identity(before, after)
@@ -119,32 +127,54 @@ def _walk(before: Any, after: Any, path: str, out: list[Change]) -> None:
             for key in [*old, *(k for k in new if k not in old)]:
                 where = f"{path}[{key}]"
                 if key not in new:
-                    out.append(Change(where, "removed", old[key], None))
+                    out.append(Change(where, "removed", _shown(old[key], secret), None))
                 elif key not in old:
-                    out.append(Change(where, "added", None, new[key]))
+                    out.append(Change(where, "added", None, _shown(new[key], secret)))
                 else:
-                    _walk(old[key], new[key], where, out)
+                    _walk(old[key], new[key], where, out, secret)
             return
         for i in range(max(len(before), len(after))):
             where = f"{path}[{i}]"
             if i >= len(after):
-                out.append(Change(where, "removed", before[i], None))
+                out.append(Change(where, "removed", _shown(before[i], secret), None))
             elif i >= len(before):
-                out.append(Change(where, "added", None, after[i]))
+                out.append(Change(where, "added", None, _shown(after[i], secret)))
             else:
-                _walk(before[i], after[i], where, out)
+                _walk(before[i], after[i], where, out, secret)
         return
     if before != after:
-        out.append(Change(path, "changed", before, after))
+        out.append(Change(path, "changed", _shown(before, secret), _shown(after, secret)))
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> list[Change]:
-    """The structural differences from ``before`` to ``after``, both redacted first (CO-27).
+    """The structural differences from ``before`` to ``after`` (CO-27).
+
+    The raw documents are compared, so a changed literal credential is a change; every value shown
+    is redacted (``***``).
 
     Returns:
         Changes in document order (``before``'s order, then keys only ``after`` has); empty when
         the documents are equal.
     """
     out: list[Change] = []
-    _walk(redact(before), redact(after), "", out)
+    _walk(before, after, "", out)
+    return out
+
+
+def masked_credentials(document: Any, path: str = "") -> list[str]:
+    """Paths of credential values that are the mask ``***`` itself: an export sent back unchanged.
+
+    Importing one would store ``***`` as the credential; the API refuses it by path instead.
+    """
+    out: list[str] = []
+    if isinstance(document, dict):
+        for key, value in document.items():
+            where = _join(path, str(key))
+            if (key in _SECRET_KEYS or key in _SECRET_MAPS) and MASK in json.dumps(value):
+                out.append(where)
+            elif isinstance(value, dict | list):
+                out.extend(masked_credentials(value, where))
+    elif isinstance(document, list):
+        for i, value in enumerate(document):
+            out.extend(masked_credentials(value, f"{path}[{i}]"))
     return out

@@ -16,6 +16,7 @@ the fleet.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import time
@@ -25,9 +26,10 @@ from typing import Any
 
 from shared import logs
 
+from ._errors import ControlUsageError
 from ._records import Revision, new_revision_id, now_iso
 
-__all__ = ["LocalRecord", "LocalRevision", "offline_import"]
+__all__ = ["LocalRecord", "LocalRevision", "node_store", "offline_import"]
 
 _log = logs.get("control")
 
@@ -73,6 +75,7 @@ def _revision_from(data: dict[str, Any]) -> Revision:
         operator_id=str(data.get("operator_id", "")),
         created_at=str(data.get("created_at", "")),
         parent_revision_id=data.get("parent_revision_id"),
+        compat=bool(data.get("compat", False)),
     )
 
 
@@ -121,22 +124,67 @@ class LocalRecord:
             _log.warning("config_local_record_failed", error=str(e))
 
 
-def offline_import(store_dir: Path, document: dict[str, Any], *, summary: str) -> str:
+def node_store(path: Path) -> Path:
+    """The node store ``path`` names: itself when it holds a node's ``.lock``, else its one node
+    subdirectory (``crewlet run --data-dir D`` keeps the store in ``D/<node id>``).
+
+    Raises:
+        ControlUsageError: no node store there, or several (name one).
+    """
+    if (path / ".lock").exists():
+        return path
+    stores = sorted(p for p in path.iterdir() if (p / ".lock").exists()) if path.is_dir() else []
+    if len(stores) == 1:
+        return stores[0]
+    if not stores:
+        raise ControlUsageError(
+            f"--data-dir {path}: no node store there (a node's store.dir holds a .lock file; "
+            "`crewlet run --data-dir D` keeps it in D/<node id>, e.g. D/node-0)"
+        )
+    names = ", ".join(str(p) for p in stores)
+    raise ControlUsageError(f"--data-dir {path} holds several node stores ({names}): name one")
+
+
+def _refuse_if_running(store: Path) -> None:
+    """Refuse an offline import into a store a live node holds (its lock file, FL-109)."""
+    try:
+        handle = open(store / ".lock", "a+")  # noqa: SIM115 - closed below
+    except OSError as e:
+        raise ControlUsageError(f"{store}: {e.strerror or e}") from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        raise ControlUsageError(
+            f"{store} is held by a running node: import through it instead "
+            "(`crewlet config import FILE` with CREWLET_URL), or stop it first"
+        ) from None
+    finally:
+        handle.close()  # closing drops the lock
+
+
+def offline_import(store_dir: Path, document: dict[str, Any], *, summary: str, compat: bool = False) -> str:
     """Store a revision for a stopped node (FL-109): the pointer moves at that node's next start.
 
-    The caller validates the document first (``crewlet config import --offline``).
+    The caller validates the document first (``crewlet config import --offline``). The revision's
+    parent is the one the node last applied.
 
     Args:
-        store_dir: The node's ``store.dir`` (e.g. ``.crewlet/node-0``).
+        store_dir: The node's ``store.dir`` (``.crewlet/node-0``), or the ``--data-dir`` of
+            ``crewlet run`` when it holds exactly one node store.
         document: The company document as written.
         summary: What changed.
+        compat: It was validated with the compatibility rules (CO-43).
 
     Returns:
         The new revision id.
 
     Raises:
+        ControlUsageError: no node store there, several, or a running node holds it.
         OSError: the directory cannot be written.
     """
+    store = node_store(Path(store_dir))
+    _refuse_if_running(store)
+    previous = LocalRecord(store).read()
     revision = Revision(
         revision_id=new_revision_id(),
         document=document,
@@ -145,9 +193,11 @@ def offline_import(store_dir: Path, document: dict[str, Any], *, summary: str) -
         created_by=os.environ.get("USER", "") or "not recorded",
         created_by_kind="operator",
         created_at=now_iso(),
+        parent_revision_id=previous.revision.revision_id if previous is not None else None,
+        compat=compat,
     )
     _write_json(
-        Path(store_dir) / "control" / "pending.json",
+        store / "control" / "pending.json",
         {"revision": _revision_data(revision), "epoch": 0, "activated_at": int(time.time() * 1000)},
     )
     return revision.revision_id

@@ -129,6 +129,8 @@ class Revision:
         created_at: ISO-8601 UTC.
         parent_revision_id: The revision active when this one was written, or None.
         digest: SHA-256 of the document's canonical JSON.
+        compat: Imported with ``--compat`` (CO-43): the node applies it with the compatibility rules
+            too (a document without an LLM provider runs with its seats stopped).
     """
 
     revision_id: str
@@ -141,6 +143,7 @@ class Revision:
     created_at: str = field(default_factory=now_iso)
     parent_revision_id: str | None = None
     digest: str = ""
+    compat: bool = False
 
     def __post_init__(self) -> None:
         if not self.digest:
@@ -179,6 +182,7 @@ class Revision:
             created_at=str(data.get("created_at", "")),
             parent_revision_id=data.get("parent_revision_id"),
             digest=str(data.get("digest") or "") or (digest_of(document) if document else "-"),
+            compat=bool(data.get("compat", False)),
         )
 
 

@@ -247,6 +247,8 @@ class TurnResult:
         touched: Every work item key the turn's successful tracker writes touched, in order.
         ended_at: Unix seconds.
         duration_seconds: Wall time, in seconds.
+        redact: Secret values masked in every string of :meth:`to_dict` (the record), never in what
+            the model is sent: a ``${NAME}`` in a goal reaches the model, not the turn record.
     """
 
     start: TurnStart
@@ -270,6 +272,7 @@ class TurnResult:
     touched: list[str] = field(default_factory=list)
     ended_at: float = 0.0
     duration_seconds: float = 0.0
+    redact: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def turn_id(self) -> str:
@@ -318,4 +321,18 @@ class TurnResult:
         start["trigger"] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in start["trigger"].items()}
         out.update(start)
         out["failed"] = self.failed
-        return out
+        secrets = out.pop("redact", ())
+        return _masked(out, tuple(secrets)) if secrets else out
+
+
+def _masked(value: Any, secrets: tuple[str, ...]) -> Any:
+    """``value`` with every secret in its strings replaced by ``[redacted]`` (longest first)."""
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "[redacted]")
+        return value
+    if isinstance(value, dict):
+        return {k: _masked(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(v, secrets) for v in value]
+    return value

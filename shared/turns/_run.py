@@ -128,7 +128,9 @@ class TurnRun:
                 started_at=wall0,
                 trace_id=format(span_context.trace_id, "032x") if span_context.is_valid else "",
             )
-            self.result = TurnResult(start=start, phase=PhaseRecord(max_rounds=e.max_tool_rounds))
+            self.result = TurnResult(
+                start=start, phase=PhaseRecord(max_rounds=e.max_tool_rounds), redact=tuple(e.secrets)
+            )
             if e.metrics is not None:
                 e.metrics.in_flight.inc()
             try:

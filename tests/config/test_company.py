@@ -697,6 +697,7 @@ def test_public_names() -> None:
             "inert_paths",
             "load_company_file",
             "load_offline_script",
+            "offline_script_issues",
             "resolve_secrets",
             "validate_company_data",
             "validate_company_file",

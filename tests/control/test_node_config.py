@@ -257,3 +257,93 @@ def test_edit_one_entity_and_revert(start_node: Callable[..., Node], tmp_path: P
     reverted = get_config(node)
     assert reverted["document"] == first["document"] and reverted["epoch"] > now["epoch"]
     assert reverted["summary"] == f"revert to {first['revision_id']}"
+
+
+def test_bad_input_found_by_a_new_user(start_node: Callable[..., Node], tmp_path: Path) -> None:
+    """Refused before the pointer moves, by path: a missing offline rules file, an exported ``***``
+    sent back; accepted: YAML without a content type, a compat document with no provider (its
+    seats stopped, the node serving); a secret in a prompt never reaches the turn record."""
+    node = start_node("run", "--data-dir", str(tmp_path / "data"), name="n1")
+    node.wait_ready(60)
+    before = get_config(node)
+    doc = example()
+    doc["providers"]["llm"]["default"]["script"] = "./nope-script.yaml"
+    r = httpx.put(node.url + "/config", json=doc, headers={**H, "X-Summary": "x"}, timeout=30)
+    assert r.status_code == 422 and any(
+        i["path"] == "providers.llm.default.script" for i in r.json()["issues"]
+    )
+    doc = example()
+    doc["providers"]["llm"]["claude"]["api_keys"] = ["***"]
+    r = httpx.put(node.url + "/config", json=doc, headers={**H, "X-Summary": "x"}, timeout=30)
+    assert r.status_code == 422 and r.json()["issues"][0]["path"] == "providers.llm.claude.api_keys"
+    r = httpx.put(node.url + "/config", json=example(), headers={**H, "X-Summary": "a\x01b"}, timeout=30)
+    assert r.status_code == 422 and r.json()["error"] == "invalid_summary"
+    assert get_config(node)["epoch"] == before["epoch"]  # nothing moved
+    r = httpx.put(
+        node.url + "/config",
+        content=yaml.safe_dump(example()),
+        headers={**H, "X-Summary": "yaml"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    minimal = REPO.parent / "shared" / "data" / "upstream-examples" / "minimal.company.yaml"
+    r = httpx.put(
+        node.url + "/config",
+        params={"compat": "true"},
+        content=minimal.read_bytes(),
+        headers={**H, "X-Summary": "upstream minimal", "Content-Type": "application/yaml"},
+        timeout=30,
+    )
+    assert r.status_code == 201 and r.json()["applied_here"] is True, r.text
+    assert node.get("/health", token=None).json()["posture"] == "serve"
+    # a secret resolved into a goal reaches the model, never the turn record
+    value = "promptleak-" + str(time.time_ns())
+    out = subprocess.run(
+        [str(VENV_BIN / "crewlet"), "secrets", "set", "PROMPT_SECRET"],
+        input=value,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "CREWLET_URL": node.url, "CREWLET_API_TOKEN": TOKEN},
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = example()
+    triage = next(r for u in doc["units"] for r in u.get("roles", []) if r.get("handle") == "triage")
+    triage["goal"] = "Triage. Internal code ${PROMPT_SECRET}"
+    put(node, doc, "a goal with a secret")
+    r = httpx.post(node.url + "/seats/triage/messages", json={"text": "hello"}, headers=H, timeout=10)
+    message = r.json()["message_id"]
+    turn_id = wait_for("answered", lambda: node.get(f"/messages/{message}").json().get("turn_id"), timeout=30)
+    wait_for("recorded", lambda: node.get(f"/turns/{turn_id}").json().get("outcome") != "running", timeout=30)
+    record = node.get(f"/turns/{turn_id}").text
+    assert value not in record and "[redacted]" in record
+    assert value not in node.output()
+
+
+def test_offline_import_finds_the_store_and_refuses_a_running_node(
+    start_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """FL-109: ``--data-dir`` of ``crewlet run`` is accepted (its one node store); a store a running
+    node holds is refused, so the import is never silently lost."""
+    data = tmp_path / "data"
+    node = start_node("run", "--data-dir", str(data), name="n1")
+    node.wait_ready(60)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(example()))
+
+    def offline() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(VENV_BIN / "crewlet"), "config", "import", str(path), "--offline", "--data-dir", str(data)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    out = offline()
+    assert out.returncode == 2 and "held by a running node" in out.stderr, out.stdout + out.stderr
+    assert not (data / "node-0" / "control" / "pending.json").exists()
+    assert node.stop() == 0
+    out = offline()
+    assert out.returncode == 0 and "node-0" in out.stdout, out.stdout + out.stderr
+    pending = json.loads((data / "node-0" / "control" / "pending.json").read_text())
+    assert pending["revision"]["parent_revision_id"]  # the revision it served before

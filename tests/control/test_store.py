@@ -140,10 +140,15 @@ def test_redact_and_diff() -> None:
     assert red["mcp_servers"][0]["env"] == {"TOKEN": "***", "OTHER": "${OTHER}"}
     changes = {(c.path, c.op): c for c in control.diff(before, after)}
     assert set(changes) == {
+        ("providers.llm.a.api_keys[0]", "changed"),  # a changed literal credential is a change...
         ("providers.llm.a.model", "changed"),
         ("roles[x]", "removed"),
         ("roles[y].goal", "changed"),
         ("roles[z]", "added"),
     }
+    key = changes[("providers.llm.a.api_keys[0]", "changed")]
+    assert (key.before, key.after) == ("***", "***")  # ...shown masked
     assert "sk-live" not in json.dumps([c.as_dict() for c in changes.values()])
+    assert control.masked_credentials(red) == ["providers.llm.a.api_keys", "mcp_servers[0].env"]
+    assert control.masked_credentials(before) == []
     assert control.diff(before, before) == []

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -37,7 +38,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from shared import control, logs
-from shared.config import validate_company_data
+from shared.config import company_json_schema, offline_script_issues, validate_company_data
 from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = ["router"]
@@ -71,17 +72,64 @@ def _translate(e: Exception) -> HTTPException:
     raise e
 
 
+SUMMARY_LIMIT = 1000
+"""Characters an ``X-Summary`` may hold."""
+
+
 def _header_text(value: str) -> str:
+    """A header as text: HTTP headers arrive as latin-1, so UTF-8 ("café", "✓") is re-read as UTF-8."""
     try:
         return value.encode("latin-1").decode("utf-8").strip()
     except UnicodeError:
         return value.strip()
 
 
+def _summary(request: Request, default: str = "") -> str:
+    """``X-Summary``: one line of at most :data:`SUMMARY_LIMIT` characters, no control characters."""
+    text = _header_text(request.headers.get("x-summary", "")) or default
+    if len(text) > SUMMARY_LIMIT:
+        raise _error(422, "invalid_summary", f"X-Summary is over {SUMMARY_LIMIT} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise _error(422, "invalid_summary", "X-Summary holds a control character")
+    return text
+
+
+def _format(value: str) -> str:
+    if value not in ("json", "yaml"):
+        raise _error(422, "invalid_format", f"format={value!r}: json or yaml")
+    return value
+
+
 def _yaml(document: Any) -> PlainTextResponse:
     return PlainTextResponse(
         yaml.safe_dump(document, sort_keys=False, allow_unicode=True), media_type="text/yaml"
     )
+
+
+def _parse_document(raw: bytes, content_type: str) -> Any:
+    """The body as a document: JSON, or YAML (a YAML content type, or any body JSON cannot read).
+
+    Raises:
+        HTTPException: 422 ``invalid_company`` naming where the body stops being JSON or YAML.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _error(
+            422, "invalid_company", "the body is not UTF-8", issues=[_issue("", "shape", "not UTF-8")]
+        ) from None
+    if "yaml" not in content_type:
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # curl sends YAML as form data by default: try it as YAML before refusing
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+        message = f"not JSON, and not YAML: {getattr(e, 'problem', None) or 'syntax error'} at {where}"
+        raise _error(422, "invalid_company", message, issues=[_issue("", "shape", message)]) from None
 
 
 def _issue(path: str, kind: str, message: str) -> dict[str, str]:
@@ -198,7 +246,7 @@ def router(ctx: NodeContext) -> APIRouter:
             raise _translate(e) from None
         if act is None:
             raise api_error(503, "no_active_revision", "the fleet has no active company revision")
-        if format == "yaml":
+        if _format(format) == "yaml":
             return _yaml(control.redact(act.revision.document))
         return {
             **_revision_body(act.revision, document=True),
@@ -242,17 +290,36 @@ def router(ctx: NodeContext) -> APIRouter:
                 f"not a runnable company: {len(errors)} error(s), first {errors[0].path}: {errors[0].message}",
                 issues=[i.as_dict() for i in issues],
             )
-        if compat:  # store what validates strictly: the compat rewrites applied
+        if compat:  # store the compat rewrites; the revision keeps the flag for its apply (CO-43)
             document = company.model_dump(mode="json", exclude_unset=True)
+        refused = [
+            _issue(path, "invalid", "a masked credential (***): give the value or a ${NAME} reference")
+            for path in control.masked_credentials(document)
+        ]
+        base_dir = Path(str(ctx.extras.get("company_dir", ".")))
+        refused += [
+            i.as_dict()
+            for i in offline_script_issues(document, base_dir, compat=compat)
+            if i.severity == "error"
+        ]
+        if refused:
+            raise _error(
+                422,
+                "invalid_company",
+                f"not a runnable company: {refused[0]['path']}: {refused[0]['message']}",
+                issues=refused,
+            )
         warnings = [i.as_dict() for i in issues]
         try:
             if base is None:
                 epoch, active_id, current = await _active(rec)
             else:
                 epoch, active_id, current = base
-            if_match = request.headers.get("if-match", "").strip().strip('"')
+            if_match = _header_text(request.headers.get("if-match", "")).strip('"')
             if if_match and (
-                (if_match == "none" and epoch) or (if_match != "none" and if_match != active_id)
+                (if_match == "none" and epoch)
+                or (if_match == "*" and not epoch)
+                or (if_match not in ("none", "*") and if_match != active_id)
             ):
                 raise _error(
                     412,
@@ -274,6 +341,7 @@ def router(ctx: NodeContext) -> APIRouter:
                 created_by_kind="operator",
                 operator_id=token_id,
                 parent_revision_id=active_id or None,
+                compat=compat,
             )
             await rec.store.store(revision)  # history first; active only once the pointer moved (FL-106)
             act = await rec.store.activate(revision, by=token_id, expected_epoch=epoch)
@@ -283,28 +351,34 @@ def router(ctx: NodeContext) -> APIRouter:
         applied = await announce(rec, act)
         return JSONResponse(activated(act, applied, warnings=warnings, changes=len(changes)), 201)
 
-    @r.put("/config", status_code=201)
+    document_body = {
+        "requestBody": {
+            "required": True,
+            "description": "The company document (Tier B), as JSON or YAML",
+            "content": {
+                "application/json": {"schema": company_json_schema()},
+                "application/yaml": {"schema": {"type": "string"}},
+            },
+        }
+    }
+    entity_body = {
+        "requestBody": {
+            "required": True,
+            "description": "The whole entity as the company document writes it",
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    }
+
+    @r.put("/config", status_code=201, openapi_extra=document_body)
     async def put_config(
         request: Request, token_id: str = Depends(write), compat: bool = False, dry_run: bool = False
     ) -> Any:
-        raw = await request.body()
-        try:
-            if "yaml" in request.headers.get("content-type", ""):
-                document = yaml.safe_load(raw)
-            else:
-                document = json.loads(raw)
-        except (ValueError, yaml.YAMLError) as e:
-            raise _error(
-                422,
-                "invalid_company",
-                f"the body is not a document: {e}",
-                issues=[_issue("", "shape", f"not JSON/YAML: {e}")],
-            ) from None
+        document = _parse_document(await request.body(), request.headers.get("content-type", ""))
         return await commit(
             request,
             document,
             token_id=token_id,
-            summary=_header_text(request.headers.get("x-summary", "")),
+            summary=_summary(request),
             compat=compat,
             dry_run=dry_run,
         )
@@ -327,24 +401,24 @@ def router(ctx: NodeContext) -> APIRouter:
         document = copy.deepcopy(current)
         if not _replace_entity(document, kind, name, body):
             raise _error(404, "no_such_entity", f"the active revision has no {kind} {name!r}")
-        summary = _header_text(request.headers.get("x-summary", "")) or f"replace {kind} {name}"
+        summary = _summary(request, f"replace {kind} {name}")
         return await commit(
             request, document, token_id=token_id, summary=summary, base=(epoch, active_id, current)
         )
 
-    @r.put("/config/roles/{handle}", status_code=201)
+    @r.put("/config/roles/{handle}", status_code=201, openapi_extra=entity_body)
     async def put_role(handle: str, request: Request, token_id: str = Depends(write)) -> Any:
         return await edit_entity(request, token_id, "role", handle)
 
-    @r.put("/config/units/{unit_id}", status_code=201)
+    @r.put("/config/units/{unit_id}", status_code=201, openapi_extra=entity_body)
     async def put_unit(unit_id: str, request: Request, token_id: str = Depends(write)) -> Any:
         return await edit_entity(request, token_id, "unit", unit_id)
 
-    @r.put("/config/llm-providers/{key}", status_code=201)
+    @r.put("/config/llm-providers/{key}", status_code=201, openapi_extra=entity_body)
     async def put_provider(key: str, request: Request, token_id: str = Depends(write)) -> Any:
         return await edit_entity(request, token_id, "llm provider", key)
 
-    @r.put("/config/mcp-servers/{name}", status_code=201)
+    @r.put("/config/mcp-servers/{name}", status_code=201, openapi_extra=entity_body)
     async def put_mcp_server(name: str, request: Request, token_id: str = Depends(write)) -> Any:
         return await edit_entity(request, token_id, "mcp server", name)
 
@@ -355,7 +429,7 @@ def router(ctx: NodeContext) -> APIRouter:
             old = await rec.store.get(revision_id)
         except (control.ControlUnavailable, control.UnknownRevision) as e:
             raise _translate(e) from None
-        summary = _header_text(request.headers.get("x-summary", "")) or f"revert to {revision_id}"
+        summary = _summary(request, f"revert to {revision_id}")
         return await commit(request, old.document, token_id=token_id, summary=summary)
 
     @r.get("/config/revisions", dependencies=read)
@@ -376,7 +450,7 @@ def router(ctx: NodeContext) -> APIRouter:
             rev = await rec.store.get(revision_id)
         except (control.ControlUnavailable, control.UnknownRevision) as e:
             raise _translate(e) from None
-        if format == "yaml":
+        if _format(format) == "yaml":
             return _yaml(control.redact(rev.document))
         return _revision_body(rev, document=True)
 

@@ -141,10 +141,34 @@ def router(ctx: NodeContext) -> APIRouter:
             "unopenable": report.unopenable,
         }
 
-    @r.put("/secrets/{name}")
+    value_body = {
+        "requestBody": {
+            "required": True,
+            "description": 'The value: JSON {"value": "..."} or the raw text/plain body (UTF-8, not empty)',
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"value": {"type": "string", "minLength": 1}},
+                        "required": ["value"],
+                        "additionalProperties": False,
+                    }
+                },
+                "text/plain": {"schema": {"type": "string", "minLength": 1}},
+            },
+        }
+    }
+
+    @r.put("/secrets/{name}", openapi_extra=value_body)
     async def put_secret(name: str, request: Request, token_id: str = Depends(write)) -> dict[str, Any]:
         name = _name(name)
         value = await _value_of(request)
+        if not value:
+            raise api_error(
+                422,
+                "empty_secret",
+                f"{name}: an empty value; to remove a secret use DELETE /secrets/{name} (crewlet secrets unset)",
+            )
         s = store()
         try:
             await s.set(name, value, by=f"operator:{token_id}")
