@@ -70,11 +70,27 @@ async def _seed(est: estate.Estate) -> None:
 
 
 async def _raw_stream(nc: Client, replicas: int) -> None:
-    await nc.jetstream().add_stream(
+    """Create the floor's stream and wait until it answers a publish.
+
+    A fresh R3 stream has no leader for a moment (infra-facts: a create returns before the
+    election), and a publish meanwhile gets "no response from stream": on a loaded 2-core machine
+    that moment was long enough to fail the figure, so the first publish is retried for 30 s.
+    """
+    js = nc.jetstream()
+    await js.add_stream(
         StreamConfig(
             name="BENCH_RAW", subjects=["benchraw.>"], storage=StorageType.FILE, num_replicas=replicas
         )
     )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await js.publish("benchraw.ready", b"", timeout=2.0)
+            return
+        except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
 
 
 def _seq(result: dict[str, Any]) -> int:
