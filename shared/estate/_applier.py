@@ -67,11 +67,18 @@ class ApplyOutcome:
         object_id: That object's id.
         error: When the record was refused at apply (e.g. a stale ``if_match`` or a vanished
             parent), the refusal every retry is answered with; None when it applied.
+        resolved_to: When the record folded onto an object filed earlier in log order instead of
+            filing its own (a create whose ``external`` basis an item already holds, CO-35), that
+            object's id: the ledger records outcome ``existing`` and the answer shows that object.
+            None otherwise.
+
+    .. versionchanged:: 0.1 ``resolved_to`` (issue 10).
     """
 
     object_kind: str
     object_id: str
     error: EstateError | None = None
+    resolved_to: str | None = None
 
 
 ApplyFn = Callable[[Connection, Record, int], ApplyOutcome]
@@ -478,7 +485,10 @@ class Applier:
                 "seq": seq,
                 "applied_at": rec.at,
                 "minted_at": minted,
-                "outcome": "rejected" if outcome.error is not None else "applied",
+                "outcome": "rejected"
+                if outcome.error is not None
+                else ("existing" if outcome.resolved_to else "applied"),
                 "error": json.dumps(to_wire(outcome.error)) if outcome.error is not None else "",
+                "resolved_to": outcome.resolved_to or "",
             },
         )

@@ -111,6 +111,11 @@ class Decision:
         record: The record to append; None when nothing needs writing.
         expect: The subject expectation (the anchor); None for additive kinds and creates.
         noop: The answer's object when ``record`` is None.
+        resolved_to: With ``record`` None, the id of an existing object the write folds onto (a
+            create whose ``external`` basis an item already holds, CO-35): the answer is outcome
+            ``existing`` showing that object. ``object_id`` stays the op's own id.
+
+    .. versionchanged:: 0.1 ``resolved_to`` (issue 10).
     """
 
     object_kind: str
@@ -118,3 +123,4 @@ class Decision:
     record: Record | None = None
     expect: int | None = None
     noop: dict[str, Any] | None = None
+    resolved_to: str | None = None

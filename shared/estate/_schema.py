@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from sqlalchemy import Index, Table, UniqueConstraint
+from sqlalchemy import Index, Table, UniqueConstraint, text
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
@@ -82,8 +82,14 @@ class Anchor(EstateModel, table=True):
 class LedgerRow(EstateModel, table=True):
     """``statelog_ledger``: operation id → where it landed and what it did (ES-7).
 
-    ``outcome`` is ``applied`` or ``rejected``; a rejected record's ``error`` holds the refusal
-    (JSON, :func:`~shared.estate._errors.to_wire`) every retry is answered with.
+    ``outcome`` is ``applied``, ``rejected`` or ``existing``; a rejected record's ``error`` holds the
+    refusal (JSON, :func:`~shared.estate._errors.to_wire`) every retry is answered with. An
+    ``existing`` record is a create that folded onto an object filed earlier in log order (a work
+    item whose ``external`` basis another item already holds, CO-35): ``object_id`` stays the op's
+    own derived id (ES-7 compares it for ``op_reused``) and ``resolved_to`` names the object the
+    answer shows.
+
+    .. versionchanged:: 0.1 ``outcome`` ``existing`` and the ``resolved_to`` column (issue 10).
     """
 
     __tablename__ = "statelog_ledger"
@@ -98,6 +104,7 @@ class LedgerRow(EstateModel, table=True):
     minted_at: int = 0
     outcome: str = "applied"
     error: str = ""
+    resolved_to: str = Field(default="", sa_column_kwargs={"server_default": ""})
 
 
 class Project(EstateModel, table=True):
@@ -119,10 +126,22 @@ class Project(EstateModel, table=True):
 
 
 class Task(EstateModel, table=True):
-    """``tasks`` (CO-24, §21): a work item ``KEY-N``."""
+    """``tasks`` (CO-24, §21): a work item ``KEY-N``.
+
+    ``external`` is the basis of the outside object the item mirrors (``github:<repository
+    id>#<number>``, CO-35), unique where set: one item per basis, decided at apply in log order
+    (the unique index is the safety net). ``url`` links that object; ``labels`` is a JSON list of
+    strings.
+
+    .. versionchanged:: 0.1 ``external``, ``url`` and ``labels`` (issue 10); an older file gains them at
+       open (:meth:`~shared.estate.EstateStore.open`).
+    """
 
     __tablename__ = "tasks"
-    __table_args__ = (Index("ix_tasks_project_number", "project_id", "number"),)
+    __table_args__ = (
+        Index("ix_tasks_project_number", "project_id", "number"),
+        Index("ux_tasks_external", "external", unique=True, sqlite_where=text("external IS NOT NULL")),
+    )
     id: str = Field(primary_key=True)
     key: str = Field(unique=True)
     project_id: str = Field(index=True)
@@ -147,6 +166,10 @@ class Task(EstateModel, table=True):
     version: int = 1
     scoped_through: int = 0
     search_shard: int = 0
+    # Added after the first release: last, so an old file's ALTER TABLE gives the same column order.
+    external: str | None = None
+    url: str | None = None
+    labels: str = Field(default="[]", sa_column_kwargs={"server_default": "[]"})
 
 
 class TaskBodyRevision(EstateModel, table=True):

@@ -9,6 +9,11 @@ transaction: a consistent snapshot of committed rows (WAL readers never block th
 The file is exclusive to its process: an ``flock`` on ``estate.db.lock`` refuses a second opener.
 A writer that cannot take the lock within ``busy_timeout`` seconds logs ``store_tx_retry`` naming
 the knob and rejoins the queue.
+
+A file written by an earlier build is brought up to this build's tables at open (:func:`upgrade`):
+columns added since are added with ``ALTER TABLE ... ADD COLUMN`` and their server default, and
+missing indexes are created; both are idempotent, so every open may run them. Nothing is ever
+dropped or rewritten.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy import Column, Connection, Engine, create_engine, event, select, text
 from sqlalchemy.exc import OperationalError
 
 from shared import logs
@@ -32,7 +37,7 @@ from shared import logs
 from ._errors import StoreFailed
 from ._schema import FTS_DDL, T_CHECKPOINT, Checkpoint, EstateModel
 
-__all__ = ["EstateStore"]
+__all__ = ["EstateStore", "upgrade"]
 
 T = TypeVar("T")
 _log = logs.get("statelog")
@@ -65,6 +70,55 @@ def _engine(path: Path, *, pool: int, immediate: bool, busy_timeout: float) -> E
     return engine
 
 
+def _default_sql(conn: Connection, col: Column[Any]) -> str:
+    default = col.server_default
+    arg = getattr(default, "arg", None)
+    if arg is None:
+        if not col.nullable:
+            raise StoreFailed(
+                f"cannot add {col.table.name}.{col.name} to an older estate file: "
+                "a NOT NULL column needs a server default"
+            )
+        return ""
+    if isinstance(arg, str):
+        return " DEFAULT '" + arg.replace("'", "''") + "'"
+    return f" DEFAULT ({arg.compile(dialect=conn.dialect)})"
+
+
+def upgrade(conn: Connection) -> list[str]:
+    """Add this build's missing columns and indexes to an estate file written by an earlier one.
+
+    Runs inside the open transaction, after ``create_all`` made any missing table; idempotent.
+    A column comes with its server default (``tasks.labels`` ``'[]'``, ``statelog_ledger.resolved_to``
+    ``''``), so every copy holds the same value in old rows and digests still agree (ES-1).
+
+    Returns:
+        The ``table.column`` names added (empty when the file was current).
+
+    Raises:
+        StoreFailed: a missing column cannot be added (NOT NULL without a server default, or a
+            primary key): a defect of this build, never of the file.
+    """
+    added: list[str] = []
+    for table in EstateModel.metadata.sorted_tables:
+        have = {str(r[1]) for r in conn.exec_driver_sql(f"PRAGMA table_info({table.name})")}
+        for col in table.columns:
+            if col.name in have:
+                continue
+            if col.primary_key:
+                raise StoreFailed(f"cannot add primary key column {table.name}.{col.name} to an older file")
+            ddl = f"{col.type.compile(dialect=conn.dialect)}{'' if col.nullable else ' NOT NULL'}"
+            conn.exec_driver_sql(
+                f"ALTER TABLE {table.name} ADD COLUMN {col.name} {ddl}{_default_sql(conn, col)}"
+            )
+            added.append(f"{table.name}.{col.name}")
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)
+    if added:
+        _log.info("estate_schema_upgraded", columns=added)
+    return added
+
+
 class EstateStore:
     """One data node's estate file (ES-1, ES-3).
 
@@ -73,7 +127,7 @@ class EstateStore:
         readers: Reader connections (``store.max_open_conns``).
         busy_timeout: Seconds a writer waits for the lock before ``store_tx_retry`` (default 5).
 
-    Use :meth:`open` to build one; it creates the schema.
+    Use :meth:`open` to build one; it creates the schema, or upgrades an older file's.
     """
 
     def __init__(self, path: Path, *, readers: int = 4, busy_timeout: float = 5.0) -> None:
@@ -89,6 +143,8 @@ class EstateStore:
     @classmethod
     async def open(cls, path: Path, *, readers: int = 4, busy_timeout: float = 5.0) -> EstateStore:
         """Open (creating when absent) the estate file and its schema.
+
+        A file from an earlier build gains this build's columns and indexes (:func:`upgrade`).
 
         Raises:
             StoreFailed: another process holds the file, or SQLite could not open it.
@@ -113,6 +169,7 @@ class EstateStore:
             self._reader = _engine(self.path, pool=self._readers, immediate=False, busy_timeout=self._busy)
             with self._writer.begin() as conn:
                 EstateModel.metadata.create_all(conn)
+                upgrade(conn)
                 for ddl in FTS_DDL:
                     conn.exec_driver_sql(ddl)
         except OperationalError as e:

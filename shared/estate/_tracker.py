@@ -5,12 +5,21 @@ Projects come from units (``project: KEY``) and are seeded as ordinary records. 
 copy assigns the same number, two creates can never share one, and a key is never reused. The item's
 id derives from the create's op id, so a re-run create files one item (ES-13). Updates carry the
 subject expectation (ES-10) and, when given, ``if_match`` (CO-24); comments are additive.
+
+An item may mirror an outside object (CO-35: "work item basis ``trigger`` with id ``<repository
+id>#<number>``"): its ``external`` basis (``github:186853002#1``) is unique, one item per basis.
+A create naming a basis this copy already holds answers ``existing`` with that item and appends
+nothing; two creates of one basis that race through two data nodes both append, and the *apply*
+decides, in log order, so every copy agrees: the first record files the item, a later one files
+nothing and takes no number (see :mod:`~shared.estate._tracker_apply`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, select
 
@@ -23,9 +32,16 @@ from ._schema import T_PROJECTS, T_WATCHERS, Project, Task
 __all__ = [
     "BODY_LIMIT",
     "BUILTIN_TYPES",
+    "EXTERNAL_LIMIT",
     "KEY_RE",
+    "LABEL_LIMIT",
+    "MAX_LABELS",
     "PRIORITIES",
     "STATUS_GROUPS",
+    "URL_LIMIT",
+    "check_external",
+    "check_labels",
+    "check_url",
     "decide_comment",
     "decide_create",
     "decide_project",
@@ -38,6 +54,7 @@ __all__ = [
 BUILTIN_TYPES = ("task", "bug", "epic", "story", "spike", "chore")
 STATUS_GROUPS = {
     "todo": "not_started",
+    "reopened": "not_started",
     "in_progress": "active",
     "in_review": "active",
     "done": "done",
@@ -53,7 +70,15 @@ TITLE_LIMIT = 300
 COMMENT_LIMIT = 32 * 1024
 MAX_DEPTH = 5
 MAX_WATCHERS = 64
-_UPDATABLE = ("title", "body", "status", "priority", "assignee", "parent", "due", "type")
+EXTERNAL_LIMIT = 200
+"""Longest ``external`` basis, in characters (``github:<repository id>#<number>``, CO-35)."""
+URL_LIMIT = 2000
+"""Longest ``url``, in characters."""
+LABEL_LIMIT = 100
+"""Longest label, in characters."""
+MAX_LABELS = 50
+"""Most labels on one item (after de-duplication)."""
+_UPDATABLE = ("title", "body", "status", "priority", "assignee", "parent", "due", "type", "labels", "url")
 
 
 def project_by_key(conn: Connection, key: str, *, field: str = "project") -> Project:
@@ -128,6 +153,67 @@ def _text(args: dict[str, Any], name: str, *, required: bool = False, limit: int
     return v
 
 
+def check_external(value: Any, *, field: str = "external") -> str:
+    """Return ``value`` as an external basis: 1..200 printable characters, no whitespace (CO-35).
+
+    Raises:
+        InvalidField: not such a string (names ``field``).
+    """
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= EXTERNAL_LIMIT
+        or not value.isprintable()
+        or any(c.isspace() for c in value)
+    ):
+        raise InvalidField(
+            field,
+            f"must be 1..{EXTERNAL_LIMIT} printable characters without whitespace, "
+            "naming the outside object (e.g. github:186853002#1)",
+        )
+    return value
+
+
+def check_url(value: Any) -> str | None:
+    """Return ``value`` as an item's link: an ``http(s)`` URL of at most 2 000 characters.
+
+    ``""`` means "no link" (None): an update with it removes the link.
+
+    Raises:
+        InvalidField: not an http(s) URL with a host (names ``url``).
+    """
+    if value == "":
+        return None
+    if isinstance(value, str) and len(value) <= URL_LIMIT and value.isprintable() and " " not in value:
+        try:
+            parts = urlsplit(value)
+        except ValueError:
+            parts = None
+        if parts is not None and parts.scheme in ("http", "https") and parts.netloc:
+            return value
+    raise InvalidField("url", f"must be an http(s) URL of at most {URL_LIMIT} characters")
+
+
+def check_labels(value: Any) -> list[str]:
+    """Return ``value`` as labels: strings of 1..100 printable characters, at most 50, de-duplicated.
+
+    Duplicates are dropped keeping the first occurrence's place.
+
+    Raises:
+        InvalidField: not a list of such strings, or more than 50 distinct ones (names ``labels``).
+    """
+    if not isinstance(value, list):
+        raise InvalidField("labels", "must be a list of strings")
+    out: list[str] = []
+    for label in value:
+        if not isinstance(label, str) or not 1 <= len(label) <= LABEL_LIMIT or not label.isprintable():
+            raise InvalidField("labels", f"{label!r} is not a label (1..{LABEL_LIMIT} printable characters)")
+        if label not in out:
+            out.append(label)
+    if len(out) > MAX_LABELS:
+        raise InvalidField("labels", f"at most {MAX_LABELS} labels, not {len(out)}")
+    return out
+
+
 def _check_common(ctx: DecideCtx, args: dict[str, Any]) -> None:
     if "type" in args and args["type"] is not None and args["type"] not in ctx.rules.types:
         raise InvalidField(
@@ -183,7 +269,15 @@ def decide_project(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> De
 
 
 def decide_create(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Decision:
-    """Decide ``create_work_item{project, title, type="task", body?, priority="normal", assignee?, parent?}``.
+    """Decide ``create_work_item`` (CO-24, CO-35).
+
+    Arguments: ``{project, title, type="task", body?, priority="normal", assignee?, parent?,
+    external?, url?, labels?}``.
+
+    When ``external`` names a basis an item of this copy already holds, nothing is appended: the
+    decision folds onto that item (outcome ``existing``, CO-35), whatever project or title this
+    call gave. A basis this copy does not hold yet is appended as a plain create and the apply
+    settles a race (:func:`~shared.estate._tracker_apply.apply_tracker`).
 
     Raises:
         InvalidField, TooLarge, NotFound: a field breaks its rule; the project or parent is unknown.
@@ -192,10 +286,17 @@ def decide_create(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
     title = _text(args, "title", required=True)
     body = _text(args, "body", limit=BODY_LIMIT) or ""
     _check_common(ctx, args)
+    external = check_external(args["external"]) if args.get("external") is not None else None
+    url = check_url(args["url"]) if args.get("url") is not None else None
+    labels = check_labels(args["labels"]) if args.get("labels") is not None else []
+    task_id = derived_id("task", ctx.op_id)
+    if external is not None:
+        held = sql.one(conn, "SELECT id FROM tasks WHERE external = ?", (external,))
+        if held is not None and str(held.id) != task_id:
+            return Decision("task", task_id, resolved_to=str(held.id))
     parent_id = None
     if args.get("parent"):
         parent_id = _parent(conn, args["parent"], project.id).id
-    task_id = derived_id("task", ctx.op_id)
     payload = {
         "id": task_id,
         "project_id": project.id,
@@ -208,6 +309,9 @@ def decide_create(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
         "assignee": args.get("assignee") or None,
         "parent_id": parent_id,
         "due": args.get("due"),
+        "external": external,
+        "url": url,
+        "labels": labels,
         "author": str(args.get("author") or ""),
         "author_kind": str(args.get("author_kind") or "operator"),
     }
@@ -222,10 +326,14 @@ def decide_create(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
 
 
 def decide_update(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Decision:
-    """Decide ``update_work_item{key, if_match?, title?, body?, status?, priority?, assignee?, parent?, watch?}``.
+    """Decide ``update_work_item`` (CO-24).
+
+    Arguments: ``{key, if_match?, title?, body?, status?, priority?, assignee?, parent?, watch?,
+    labels?, url?}``.
 
     Fields left out are unchanged; without ``if_match`` other fields are last-writer-wins, and a
-    body change always needs ``if_match`` (CO-24).
+    body change always needs ``if_match`` (CO-24). ``labels`` replaces the whole list; ``url: ""``
+    removes the link. An item's ``external`` basis is set at create and never changes (CO-35).
 
     Raises:
         InvalidField, TooLarge, NotFound: a field breaks its rule or names nothing.
@@ -247,6 +355,13 @@ def decide_update(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
         if name not in args or args[name] is None:
             continue
         value = args[name]
+        if name == "labels":
+            labels = check_labels(value)
+            if labels != json.loads(task.labels or "[]"):
+                changes["labels"] = labels
+            continue
+        if name == "url":
+            value = check_url(value)
         if name == "parent":
             new_parent = _parent(conn, value, task.project_id).id if value else None
             if new_parent == task.id:

@@ -4,6 +4,14 @@ Kinds: ``project_upsert``, ``task_create``, ``task_update``, ``comment_add``, ``
 that can no longer apply (its item vanished, a stale ``if_match`` that arbitration did not catch) is
 *rejected*: no row changes and the ledger keeps the refusal every retry is answered with. Statements
 are plain SQL through :mod:`~shared.estate._sql` (the drain rate of ES-19).
+
+One item per ``external`` basis (CO-35) is decided here, not at decide time: two creates of one
+basis decided on two data nodes both reach the log, and every copy applies them in the same order.
+The first to apply files the item; a later one files nothing, takes no number (the project counter
+does not move: the check comes before the number is drawn) and folds onto the first item —
+``ApplyOutcome.resolved_to``, recorded in the ledger as outcome ``existing`` — so its writer and
+every retry of it answer ``existing`` with that item. The unique index on ``tasks.external`` is the
+safety net: a second row for a basis could only come from a defect, and it fails the apply.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from ._tracker import MAX_DEPTH, STATUS_GROUPS
 
 __all__ = ["apply_tracker"]
 
-_UPDATABLE = {"title", "body", "status", "priority", "assignee", "parent_id", "due", "type"}
+_UPDATABLE = {"title", "body", "status", "priority", "assignee", "parent_id", "due", "type", "labels", "url"}
 
 
 def _fts(conn: Connection, task_id: str, title: str, body: str, *, new: bool = False) -> None:
@@ -36,6 +44,10 @@ def _fts(conn: Connection, task_id: str, title: str, body: str, *, new: bool = F
         "VALUES ((SELECT rowid FROM tasks WHERE id = ?), ?, ?, ?)",
         (task_id, task_id, title, body),
     )
+
+
+def _labels_json(labels: Any) -> str:
+    return json.dumps(list(labels or []), ensure_ascii=False)
 
 
 def _history(
@@ -95,6 +107,11 @@ def _task_create(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
         return ApplyOutcome("task", tid, NotFound("project", str(p.get("project", ""))))
     if sql.one(conn, "SELECT 1 FROM tasks WHERE id = ?", (tid,)) is not None:
         return ApplyOutcome("task", tid)
+    external = p.get("external") or None
+    if external is not None:
+        held = sql.one(conn, "SELECT id FROM tasks WHERE external = ?", (external,))
+        if held is not None:  # CO-35: the basis is taken earlier in log order; no number is drawn
+            return ApplyOutcome("task", tid, resolved_to=str(held.id))
     depth = 0
     if p.get("parent_id"):
         parent = sql.one(conn, "SELECT depth FROM tasks WHERE id = ?", (p["parent_id"],))
@@ -138,6 +155,9 @@ def _task_create(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
             "version": 1,
             "scoped_through": 0,
             "search_shard": search_bucket(tid),
+            "external": external,
+            "url": p.get("url") or None,
+            "labels": _labels_json(p.get("labels")),
         },
     )
     sql.run(
@@ -152,7 +172,10 @@ def _task_create(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
             {"task_id": tid, "version": 1, "body": body, "author": author, "at": rec.at},
         )
     _fts(conn, tid, str(p["title"]), body, new=True)
-    _history(conn, rec, seq, tid, str(prow.id), "created", {"key": key, "title": p["title"]})
+    created: dict[str, Any] = {"key": key, "title": p["title"]}
+    if external is not None:
+        created["external"] = external
+    _history(conn, rec, seq, tid, str(prow.id), "created", created)
     return ApplyOutcome("task", tid)
 
 
@@ -175,6 +198,9 @@ def _task_update(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     watch = changes.pop("watch", None)
     values: dict[str, Any] = {k: v for k, v in changes.items() if k in _UPDATABLE}
     before_after: dict[str, Any] = {k: [getattr(task, k), v] for k, v in values.items()}
+    if "labels" in values:
+        before_after["labels"] = [json.loads(task.labels or "[]"), list(values["labels"])]
+        values["labels"] = _labels_json(values["labels"])
     if "parent_id" in values:
         depth = 0
         if values["parent_id"]:

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 from . import _sql as sql
 from ._decide import Rules, iso
 from ._errors import InvalidField
-from ._tracker import PRIORITIES, STATUS_GROUPS, find_task, project_by_key, status_filter
+from ._tracker import PRIORITIES, STATUS_GROUPS, check_external, find_task, project_by_key, status_filter
 
 __all__ = ["catalogue", "comment_view", "get_item", "list_items", "list_projects", "task_view"]
 
@@ -40,6 +40,9 @@ def _task_dict(t: Any, *, body: bool = True) -> dict[str, Any]:
         "parent": t.parent_key,
         "depth": t.depth,
         "due": t.due,
+        "external": t.external,
+        "url": t.url,
+        "labels": json.loads(t.labels) if t.labels else [],
         "created_at": iso(t.created_at),
         "updated_at": iso(t.updated_at),
         "created_by": t.created_by,
@@ -125,9 +128,12 @@ def _fts_query(text: str) -> str:
 
 
 def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
-    """``list_work_items{project?, status?, status_group?, assignee?, type?, text?, limit ≤ 100 (20), offset?}``.
+    """``list_work_items``: the items matching every filter given (CO-24).
 
-    ``assignee`` is a handle (``me`` is resolved by the caller); ``status`` accepts statuses or groups.
+    Arguments: ``{project?, status?, status_group?, assignee?, type?, text?, external?, limit?,
+    offset?}``. ``assignee`` is a handle (``me`` is resolved by the caller); ``status`` accepts
+    statuses or groups; ``external`` is an exact basis (``github:186853002#1``, CO-35): at most one
+    item has it. ``limit`` is 1..100 (default 20).
 
     Returns:
         ``{"items": [...], "count": n, "limit": l, "offset": o}``, newest change first.
@@ -161,6 +167,9 @@ def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     if args.get("type"):
         where.append("t.type = ?")
         params.append(str(args["type"]))
+    if args.get("external") is not None:
+        where.append("t.external = ?")
+        params.append(check_external(args["external"]))
     if args.get("text"):
         where.append("t.rowid IN (SELECT rowid FROM work_fts WHERE work_fts MATCH ?)")
         params.append(_fts_query(str(args["text"])))

@@ -7,6 +7,11 @@ nothing is published (ES-7); append with the op id as message id and the subject
 acknowledgement, read the newest record on the subject before anyone is told ``unknown`` (ES-11); then
 wait at most 5 s for the own record: ``applied`` (with the object read back) or ``pending`` (with
 position and lag). Every answer carries its position (ES-15).
+
+A create that names an ``external`` basis an item already holds answers outcome ``existing`` with
+that item (CO-35): from the decision when this copy already holds the item (nothing is appended),
+else from the ledger, where the apply — in log order, the same on every copy — recorded the fold
+(:class:`~shared.estate.ApplyOutcome` ``resolved_to``).
 """
 
 from __future__ import annotations
@@ -97,8 +102,9 @@ class Writer:
             view: Reads the answer's object back from the rows.
 
         Returns:
-            ``{"outcome": "applied"|"pending", "op_id", "position": {...}, "position_token",
-            "object": {...}|None, "lag"?}``.
+            ``{"outcome": "applied"|"existing"|"pending", "op_id", "position": {...},
+            "position_token", "object": {...}|None, "lag"?}``; ``existing``: a create folded onto
+            the item already holding its ``external`` basis, which ``object`` shows (CO-35).
 
         Raises:
             EstateUsageError: the call is wrong (ledger refusals included: ``op_reused``, conflicts).
@@ -131,11 +137,13 @@ class Writer:
             assert decision is not None
             if decision.record is None:
                 seq = applier.applied
-                obj_id = decision.object_id
+                obj_id = decision.resolved_to or decision.object_id
                 noop = decision.noop
                 if noop is None:
                     noop = await self._store.read(lambda c, oid=obj_id: view(c, oid))  # type: ignore[misc]
-                return self._answer(domain, "applied", op_id, seq, noop)
+                return self._answer(
+                    domain, "existing" if decision.resolved_to else "applied", op_id, seq, noop
+                )
             remaining = deadline - time.monotonic()
             try:
                 seq, _dup = await self._log.append(decision.record, expect=decision.expect)
@@ -194,9 +202,9 @@ class Writer:
     @staticmethod
     def _landed(conn: Connection, domain: str, op_id: str, view: ViewFn) -> tuple[Any, dict[str, Any] | None]:
         led = conn.execute(_LEDGER_ROW, {"domain": domain, "op_id": op_id}).first()
-        if led is None or led.outcome != "applied":
+        if led is None or led.outcome == "rejected":
             return led, None
-        return led, view(conn, str(led.object_id))
+        return led, view(conn, str(led.resolved_to or led.object_id))
 
     @staticmethod
     def _snapshot(
@@ -214,7 +222,7 @@ class Writer:
         self, domain: str, op_id: str, led: Any, decision: Decision | None, view: ViewFn
     ) -> dict[str, Any]:
         self._ledger_answer(domain, op_id, led, decision, None)  # raises the refusal, if any
-        obj = await self._store.read(lambda c: view(c, str(led.object_id)))
+        obj = await self._store.read(lambda c: view(c, str(led.resolved_to or led.object_id)))
         return self._ledger_answer(domain, op_id, led, decision, obj)
 
     def _ledger_answer(
@@ -225,4 +233,5 @@ class Writer:
             raise OpReused(op_id, pos.token(), f"{led.object_kind}:{led.object_id}")
         if led.outcome == "rejected" and led.error:
             raise from_wire(json.loads(led.error))
-        return self._answer(domain, "applied", op_id, int(led.seq), obj)
+        outcome = "existing" if led.outcome == "existing" else "applied"
+        return self._answer(domain, outcome, op_id, int(led.seq), obj)

@@ -2,7 +2,8 @@
 
 These are what the REST routes and the agent tools use. Reads return ``{"data": ..., "meta":
 {"level", "position", "position_token", "served_by", "lag"?}}``; writes return ``{"outcome":
-"applied"|"pending", "op_id", "position", "position_token", "object"}``.
+"applied"|"existing"|"pending", "op_id", "position", "position_token", "object"}`` (``existing``:
+a create whose ``external`` basis an item already holds, answered with that item, CO-35).
 """
 
 from __future__ import annotations
@@ -68,11 +69,18 @@ class EstateCalls(abc.ABC):
         offset: int = 0,
         read_level: ReadLevel = "stale",
         min_position: str | None = None,
+        external: str | None = None,
     ) -> dict[str, Any]:
         """``list_work_items``: ``data`` is ``{"items", "count", "limit", "offset"}``.
 
+        Args:
+            external: Only the item linked to this outside object (exact basis, e.g.
+                ``github:186853002#1``, CO-35); None for no such filter.
+
         Raises:
             EstateUsageError, NobodyAnswered: see :meth:`call`.
+
+        .. versionchanged:: 0.1 ``external`` (issue 10).
         """
         args = _drop_none(
             {
@@ -82,6 +90,7 @@ class EstateCalls(abc.ABC):
                 "assignee": assignee,
                 "type": type,
                 "text": text,
+                "external": external,
                 "limit": limit,
                 "offset": offset,
             }
@@ -117,11 +126,30 @@ class EstateCalls(abc.ABC):
         author: str = "",
         author_kind: str = "operator",
         op_id: str | None = None,
+        external: str | None = None,
+        url: str | None = None,
+        labels: list[str] | None = None,
     ) -> dict[str, Any]:
         """``create_work_item``; the answer's ``object`` holds the new item with its key.
 
+        Args:
+            external: The basis of the outside object the item mirrors (``github:<repository
+                id>#<number>``, CO-35; ≤ 200 printable characters, no whitespace). One item per
+                basis: when an item already has it, nothing is created and the answer is outcome
+                ``existing`` with that item as ``object`` — also when two creates race through
+                two data nodes (the apply decides, in log order). None: no link.
+            url: An http(s) link to the outside object (≤ 2 000 characters), or None.
+            labels: Labels (1..100 characters each, at most 50; duplicates dropped), or None for [].
+
+        Returns:
+            ``{"outcome": "applied"|"existing"|"pending", "op_id", "position", "position_token",
+            "object"}``.
+
         Raises:
-            InvalidField, NotFound, TooLarge: bad input; OutcomeUnknown; NobodyAnswered.
+            InvalidField, NotFound, TooLarge: bad input (``external``, ``url``, ``labels`` named);
+            OutcomeUnknown; NobodyAnswered.
+
+        .. versionchanged:: 0.1 ``external``, ``url``, ``labels`` and outcome ``existing`` (issue 10).
         """
         args = _drop_none(
             {
@@ -132,6 +160,9 @@ class EstateCalls(abc.ABC):
                 "priority": priority,
                 "assignee": assignee,
                 "parent": parent,
+                "external": external,
+                "url": url,
+                "labels": labels,
                 "author": author,
                 "author_kind": author_kind,
             }
@@ -156,12 +187,22 @@ class EstateCalls(abc.ABC):
         author: str = "",
         author_kind: str = "operator",
         op_id: str | None = None,
+        labels: list[str] | None = None,
+        url: str | None = None,
     ) -> dict[str, Any]:
         """``update_work_item``; fields left None are unchanged.
+
+        Args:
+            status: One of ``todo``, ``reopened``, ``in_progress``, ``in_review``, ``done``,
+                ``cancelled``, ``closed`` (CO-24; ``reopened`` is in group ``not_started``).
+            labels: The new label list, replacing the old one ([] removes every label).
+            url: The new http(s) link; ``""`` removes it.
 
         Raises:
             VersionConflict: a stale ``if_match`` (carries the current version); InvalidField,
             NotFound, TooLarge; OutcomeUnknown; NobodyAnswered.
+
+        .. versionchanged:: 0.1 ``labels``, ``url`` and status ``reopened`` (issue 10).
         """
         args = _drop_none(
             {
@@ -176,6 +217,8 @@ class EstateCalls(abc.ABC):
                 "watch": watch,
                 "due": due,
                 "type": type,
+                "labels": labels,
+                "url": url,
                 "author": author,
                 "author_kind": author_kind,
             }
