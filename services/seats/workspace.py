@@ -9,15 +9,20 @@ Tracker wakes (CO-10) are published here, by the writer, once the write has land
 set to an agent seat other than the writer gets ``external_notification{source: work, reason:
 assigned, work_item}`` with the writing turn as ``parent_turn_id`` and the trace context of the
 tool call (the current span), at delegation depth 0.
+
+Comment wakes (CO-41) are published here too, once a comment has landed, through the
+``comment_wake`` callback (:func:`shared.tools.publish_comment_wakes` bound to the node's bus and
+coordination store): the item's assignee and watchers, and the agent seats ``@mentioned``, never
+the commenting seat itself, at most six per seat and item per hour.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
-from shared import estate, objects
+from shared import estate, logs, objects
 from shared.router import EstateCalls, NobodyAnswered, RouterError, SeatCalls
 from shared.tools import (
     WorkspaceConflict,
@@ -27,10 +32,28 @@ from shared.tools import (
     WorkspaceUnavailable,
 )
 
-__all__ = ["RouterWorkspace", "Wake"]
+__all__ = ["CommentWake", "RouterWorkspace", "Wake"]
+
+_log = logs.get("seat.workspace")
 
 Wake = Callable[[str, str, str], Awaitable[None]]
 """``wake(assignee, work_item_key, writer)``: publish a tracker wake to ``assignee``'s inbox."""
+
+
+class CommentWake(Protocol):
+    """Publishes the wakes of a comment that has landed (CO-41); answers the seats woken.
+
+    :func:`shared.tools.publish_comment_wakes` with its bus, store, agent seats and turn bound
+    (``functools.partial``) is one.
+
+    .. versionadded:: 0.1 (issue 10, CO-41)
+    """
+
+    def __call__(
+        self, item: Mapping[str, Any], comment: Mapping[str, Any], *, author: str
+    ) -> Awaitable[list[str]]:
+        """Wake the seats ``comment`` on ``item`` concerns; ``author`` (the seat) is never woken."""
+        ...
 
 
 def _translate(e: Exception) -> WorkspaceError:
@@ -69,7 +92,13 @@ class RouterWorkspace:
         seat: The seat handle writes are authored by.
         epoch: The seat's lease epoch, sent with every write (FL-74).
         agent_seats: Handles of the company's agent seats (who a wake may go to).
-        wake: Publishes a tracker wake; None disables wakes.
+        wake: Publishes an assignment wake (CO-10); None disables them.
+        comment_wake: Publishes a comment's wakes (CO-41); None (the default) disables them.
+        basis: The external object the turn's trigger is about (``github:<repo id>#<number>``), or
+            None. An item the seat creates without naming one carries it, so a seat that files the
+            GitHub issue it was woken for gets the linked item back, never a second one (CO-35).
+
+    .. versionchanged:: 0.1 ``comment_wake`` and ``basis`` (issue 10, CO-41, CO-35).
     """
 
     def __init__(
@@ -81,6 +110,8 @@ class RouterWorkspace:
         epoch: int,
         agent_seats: set[str],
         wake: Wake | None,
+        comment_wake: CommentWake | None = None,
+        basis: str | None = None,
     ) -> None:
         self._r = SeatCalls(router, seat=seat, epoch=epoch)  # every write carries the epoch (FL-74)
         self._store = store
@@ -88,6 +119,8 @@ class RouterWorkspace:
         self._epoch = epoch
         self._agents = agent_seats
         self._wake = wake
+        self._comment_wake = comment_wake
+        self._basis = basis
         self.author = f"seat:{seat}"
 
     async def _woken(self, item: dict[str, Any], before: str | None) -> None:
@@ -104,9 +137,17 @@ class RouterWorkspace:
             await self._wake(assignee, key, self._seat)
 
     async def create_work_item(
-        self, project: str, type: str, title: str, body: str, assignee: str | None
+        self,
+        project: str,
+        type: str,
+        title: str,
+        body: str,
+        assignee: str | None,
+        *,
+        labels: list[str] | None = None,
+        external: str | None = None,
     ) -> dict[str, Any]:
-        """See :class:`shared.tools.Workspace`."""
+        """See :class:`shared.tools.Workspace`; ``external`` defaults to the trigger's basis (CO-35)."""
         try:
             res = await self._r.create_work_item(
                 project,
@@ -116,6 +157,8 @@ class RouterWorkspace:
                 assignee=assignee,
                 author=self.author,
                 author_kind="agent",
+                labels=labels,
+                external=external or self._basis,
             )
         except Exception as e:  # noqa: BLE001 - translated for the model
             raise _translate(e) from None
@@ -132,6 +175,7 @@ class RouterWorkspace:
         title: str | None = None,
         body: str | None = None,
         if_match: int | None = None,
+        labels: list[str] | None = None,
     ) -> dict[str, Any]:
         """See :class:`shared.tools.Workspace`."""
         before: str | None = None
@@ -146,6 +190,7 @@ class RouterWorkspace:
                 title=title,
                 body=body,
                 if_match=if_match,
+                labels=labels,
                 author=self.author,
                 author_kind="agent",
             )
@@ -157,13 +202,27 @@ class RouterWorkspace:
         return item
 
     async def comment_on_work_item(self, key: str, body: str) -> dict[str, Any]:
-        """See :class:`shared.tools.Workspace`."""
+        """See :class:`shared.tools.Workspace`; then the comment's wakes (CO-41)."""
         try:
-            return _object(
+            comment = _object(
                 await self._r.comment_on_work_item(key, body, author=self.author, author_kind="agent")
             )
         except Exception as e:  # noqa: BLE001
             raise _translate(e) from None
+        await self._comment_woken(key, comment)
+        return comment
+
+    async def _comment_woken(self, key: str, comment: dict[str, Any]) -> None:
+        """Wake who the comment concerns; the comment has landed, so nothing here fails the tool."""
+        if self._comment_wake is None or not isinstance(comment.get("id"), str) or "body" not in comment:
+            return  # disabled, or a pending write whose comment this node has not applied yet
+        try:
+            item = _data(await self._r.get_work_item(key, read_level="linearizable"))
+        except Exception as e:  # noqa: BLE001 - best effort: the comment stands without its wakes
+            _log.warning("comment_wake_failed", seat=self._seat, work_item=key, error=str(e))
+            return
+        if isinstance(item, dict):
+            await self._comment_wake(item, comment, author=self._seat)
 
     async def get_work_item(self, key: str) -> dict[str, Any]:
         """See :class:`shared.tools.Workspace`."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -123,27 +123,67 @@ class Envelope(BaseModel):
         return cls.model_validate(data)
 
 
-def wake_envelope(work_item: str, writer: str, *, parent_turn_id: str | None = None) -> Envelope:
-    """The tracker wake of CO-10: ``external_notification{source: work, reason: assigned, work_item}``.
+def wake_envelope(
+    work_item: str,
+    writer: str,
+    *,
+    parent_turn_id: str | None = None,
+    reason: Literal["assigned", "commented", "mentioned"] = "assigned",
+    comment_id: str | None = None,
+    comment_text: str | None = None,
+    conversation_key: str | None = None,
+) -> Envelope:
+    """A tracker wake: ``external_notification{source: work, reason, work_item}`` (CO-10, CO-41).
 
-    Published to the new assignee's inbox by whoever made the assignment (a seat's tool call or an
-    operator's API write), at delegation depth 0.
+    Published to the woken seat's inbox by whoever wrote (a seat's tool call, an operator's API
+    write, a webhook), at delegation depth 0: a hop through the tracker does not extend the
+    delegation chain (CO-10); comment loops are bounded by the per-item wake limit instead (CO-41).
+
+    The payload holds ``source: work``, ``reason``, ``work_item: {key}``, ``text`` (the comment's
+    text for a comment wake, "" for an assignment), ``sender`` (the writer), and for
+    ``commented``/``mentioned`` a ``comment: {id, body, author}`` object; ``conversation_key`` is
+    set only when given. :meth:`shared.turns.Trigger.from_envelope` reads ``reason``,
+    ``work_item``, ``text``, ``sender`` and ``conversation_key`` from it.
+
+    .. versionchanged:: 0.1 ``reason``, ``comment_id``, ``comment_text`` and ``conversation_key``
+       (issue 10, CO-41); the defaults build the same assignment wake as before.
 
     Args:
         work_item: The item's key (``SUP-1``).
-        writer: Who assigned it (``triage``, ``operator:<token id>``).
-        parent_turn_id: The writing turn, when a seat wrote it.
+        writer: Who wrote: a seat handle (``triage``), ``operator:<token id>``, or an external
+            author (``github:<login>``).
+        parent_turn_id: The writing turn, when a seat wrote it; None otherwise.
+        reason: ``assigned`` (CO-10), ``commented`` (the seat is the item's assignee or a
+            watcher) or ``mentioned`` (``@handle`` in the comment), CO-41.
+        comment_id: The comment's id; required for ``commented`` and ``mentioned``.
+        comment_text: The comment's text ("" when None).
+        conversation_key: Groups the wake with other events of one conversation (a GitHub-linked
+            item: ``github:<repository full name>#<number>``); None leaves the key unset, so the
+            wake is its own conversation.
+
+    Raises:
+        ValueError: a comment wake without ``comment_id``, or an assignment wake with one.
     """
+    commenting = reason in ("commented", "mentioned")
+    if commenting and not comment_id:
+        raise ValueError(f"a {reason!r} wake needs the comment's id")
+    if not commenting and comment_id is not None:
+        raise ValueError("an 'assigned' wake carries no comment")
+    payload: dict[str, Any] = {
+        "source": "work",
+        "reason": reason,
+        "work_item": {"key": work_item},
+        "text": (comment_text or "") if commenting else "",
+        "sender": writer,
+    }
+    if commenting:
+        payload["comment"] = {"id": comment_id, "body": comment_text or "", "author": writer}
+    if conversation_key:
+        payload["conversation_key"] = conversation_key
     return Envelope.new(
         "external_notification",
         source="work",
-        payload={
-            "source": "work",
-            "reason": "assigned",
-            "work_item": {"key": work_item},
-            "text": "",
-            "sender": writer,
-        },
+        payload=payload,
         parent_turn_id=parent_turn_id,
         work_item=work_item,
         delegation_depth=0,

@@ -31,6 +31,7 @@ Slot = Literal[
     "messages",
     "secrets",
     "revisions",
+    "wakes",
 ]
 SLOTS: tuple[Slot, ...] = Slot.__args__  # type: ignore[attr-defined]
 
@@ -92,5 +93,7 @@ def bucket_specs(prefix: str, *, lease_ttl: timedelta) -> dict[Slot, BucketSpec]
         ("messages", timedelta(days=7), "API message status and reply (CO-8; ours)"),
         ("secrets", None, "company credentials sealed under the Tier A keyring (FL-151, CO-40)"),
         ("revisions", None, "company revision history, sealed bodies with their origin (CO-4; ours)"),
+        # CO-41's window (6 comment wakes per seat and item per hour) is this bucket's age (FL-34)
+        ("wakes", timedelta(hours=1), "comment wakes per seat and item in the last hour (CO-41; ours)"),
     ]
     return {slot: BucketSpec(slot, f"{prefix}_{slot}", age, holds) for slot, age, holds in table}

@@ -3,6 +3,7 @@
 :class:`ToolRegistry` is one tool surface; :meth:`ToolRegistry.execute` turns every ordinary
 failure into an error result the model reads. The built-ins act on a :class:`Workspace` (the
 tracker, knowledge base and files of one seat), whose refusals are :class:`WorkspaceError`\\ s.
+:func:`publish_comment_wakes` wakes the seats a tracker comment concerns (CO-41).
 """
 
 from ._builtins import BUILTIN_TOOL_NAMES, builtin_tools, colleague_tools, submit_work_tool
@@ -31,13 +32,25 @@ from ._registry import (
 )
 from ._schema import validate as validate_arguments
 from ._tracker import STATUSES, tracker_tools
+from ._wakes import (
+    COMMENT_WAKE_WINDOW,
+    COMMENT_WAKES_PER_HOUR,
+    CommentWakeReason,
+    claim_comment_wake,
+    comment_wake_targets,
+    mentioned_handles,
+    publish_comment_wakes,
+)
 from ._workspace import Workspace
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",
     "BUILTIN_TOOL_TIMEOUT_SECONDS",
+    "COMMENT_WAKES_PER_HOUR",
+    "COMMENT_WAKE_WINDOW",
     "FILE_IO_LIMIT_BYTES",
     "STATUSES",
+    "CommentWakeReason",
     "Hint",
     "Submission",
     "Tool",
@@ -58,9 +71,13 @@ __all__ = [
     "WorkspaceUnavailable",
     "builtin_tools",
     "check_path",
+    "claim_comment_wake",
     "colleague_tools",
+    "comment_wake_targets",
     "file_tools",
     "knowledge_tools",
+    "mentioned_handles",
+    "publish_comment_wakes",
     "submit_work_tool",
     "tracker_tools",
     "validate_arguments",

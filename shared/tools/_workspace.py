@@ -29,7 +29,15 @@ class Workspace(Protocol):
     """The tracker, knowledge base and files as one seat's tools see them (CO-23..CO-26)."""
 
     async def create_work_item(
-        self, project: str, type: str, title: str, body: str, assignee: str | None
+        self,
+        project: str,
+        type: str,
+        title: str,
+        body: str,
+        assignee: str | None,
+        *,
+        labels: list[str] | None = None,
+        external: str | None = None,
     ) -> dict[str, Any]:
         """Create a work item (CO-24).
 
@@ -39,6 +47,9 @@ class Workspace(Protocol):
             title: The title.
             body: Markdown; may be "".
             assignee: A seat handle, or None for unassigned.
+            labels: Labels, or None for none.
+            external: The basis of the outside object the item mirrors (``github:<repo id>#<n>``);
+                a second create with one answers the existing item (CO-35).
 
         Returns:
             The new item (``key`` ``KEY-N``, ``version`` 1).
@@ -59,6 +70,7 @@ class Workspace(Protocol):
         title: str | None = None,
         body: str | None = None,
         if_match: int | None = None,
+        labels: list[str] | None = None,
     ) -> dict[str, Any]:
         """Change some fields of an item; None leaves a field as it is (CO-24).
 

@@ -6,6 +6,12 @@ with ``read_level`` (default ``stale``) and ``min_position`` (ES-25, ES-27). Wri
 (``applied`` or ``pending``), its ``op_id`` and the ``position`` it landed at (ES-15). Bringing the
 same ``op_id`` back answers the first landing and writes nothing (ES-7).
 
+An item may mirror an outside object (CO-35): ``POST /work`` takes ``external`` (its basis, e.g.
+``github:186853002#1``), ``url`` and ``labels``; ``PATCH`` takes ``labels`` and ``url``. One item per
+basis: a ``POST`` naming a basis an item already has creates nothing and answers ``200`` with
+outcome ``existing`` and that item (a new item answers ``201``). ``GET /work?external=<basis>``
+finds the linked item (``#`` is sent as ``%23``).
+
 :func:`estate_http_error` maps estate and router errors to JSON errors for every estate route:
 404 unknown object, 400 a bad field (named), 409 stale ``if_match`` (with the current version) or
 ``op_reused``, 413 too large, 503 refusals, ``unknown`` outcomes and "nobody answered" (listing
@@ -16,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared import estate, logs
+from shared import estate, logs, tools
 from shared.bus import BusUnavailable, wake_envelope
 from shared.router import EstateRouter, NobodyAnswered, RouterError, router_of
 from shared.runtime import NodeContext, api_error, require_grant
@@ -88,6 +94,9 @@ class WorkCreate(BaseModel):
     priority: str = "normal"
     assignee: str | None = None
     parent: str | None = None
+    external: str | None = None
+    url: str | None = None
+    labels: list[str] | None = None
     op_id: str | None = None
 
 
@@ -105,6 +114,8 @@ class WorkUpdate(BaseModel):
     watch: bool | None = None
     due: str | None = None
     type: str | None = None
+    labels: list[str] | None = None
+    url: str | None = None
     op_id: str | None = None
 
 
@@ -158,6 +169,7 @@ def router(ctx: NodeContext) -> APIRouter:
         assignee: str | None = None,
         type: str | None = None,
         text: str | None = None,
+        external: str | None = None,
         limit: int = Query(20, ge=1, le=100),
         offset: int = Query(0, ge=0),
         read_level: str = "stale",
@@ -171,6 +183,7 @@ def router(ctx: NodeContext) -> APIRouter:
                 assignee=assignee,
                 type=type,
                 text=text,
+                external=external,
                 limit=limit,
                 offset=offset,
                 read_level=read_level_of(read_level),
@@ -209,7 +222,9 @@ def router(ctx: NodeContext) -> APIRouter:
         return {**res["data"], "read": res["meta"]}
 
     @r.post("/work", status_code=201)
-    async def create_work(body: WorkCreate, token: str = Depends(write)) -> dict[str, Any]:
+    async def create_work(
+        body: WorkCreate, response: Response, token: str = Depends(write)
+    ) -> dict[str, Any]:
         try:
             res = await est().create_work_item(
                 body.project,
@@ -219,12 +234,18 @@ def router(ctx: NodeContext) -> APIRouter:
                 priority=body.priority,
                 assignee=body.assignee,
                 parent=body.parent,
+                external=body.external,
+                url=body.url,
+                labels=body.labels,
                 op_id=body.op_id,
                 **_author(token),
             )
         except (estate.EstateError, RouterError) as e:
             raise estate_http_error(e) from None
-        await _wake(ctx, res, None, f"operator:{token}")
+        if res.get("outcome") == "existing":
+            response.status_code = 200  # nothing was created: the item for this basis exists (CO-35)
+        else:
+            await _wake(ctx, res, None, f"operator:{token}")
         return _write_answer(res, "item")
 
     @r.patch("/work/{key}")
@@ -246,6 +267,8 @@ def router(ctx: NodeContext) -> APIRouter:
                 watch=body.watch,
                 due=body.due,
                 type=body.type,
+                labels=body.labels,
+                url=body.url,
                 op_id=body.op_id,
                 author=f"operator:{token}",
                 author_kind="operator",
@@ -262,6 +285,18 @@ def router(ctx: NodeContext) -> APIRouter:
             res = await est().comment_on_work_item(key, body.body, op_id=body.op_id, **_author(token))
         except (estate.EstateError, RouterError) as e:
             raise estate_http_error(e) from None
+        # CO-41: the assignee, the watchers and the @mentioned agent seats; the operator is no seat
+        posted, bus = res.get("object"), ctx.extras.get("bus")
+        if isinstance(posted, dict) and "body" in posted and bus is not None and ctx.org is not None:
+            try:
+                item = (await est().get_work_item(key, read_level="linearizable"))["data"]
+            except (estate.EstateError, RouterError) as e:
+                _log.warning("comment_wake_failed", work_item=key, error=str(e))
+            else:
+                agents = {s.handle for s in ctx.org.seats}
+                await tools.publish_comment_wakes(
+                    bus, ctx.coord, item, posted, author=f"operator:{token}", agent_seats=agents
+                )
         return _write_answer(res, "comment")
 
     return r
