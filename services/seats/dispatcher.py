@@ -1,49 +1,66 @@
-"""The seat dispatcher: one consume loop per held seat, CO-11's screening, and the turn (CO-7, CO-11).
+"""The seat dispatcher: one consume loop per held seat, CO-11's screening, and the turn (CO-7, CO-11, CO-38).
 
 A seat's mailbox is attached when its lease is acquired (the seat host's ``on_acquire``) and
-detached on release. Each held seat runs one loop that fetches one delivery at a time (no
-prefetch, serial per seat) and hands it to :meth:`Dispatcher.handle`, which passes, in order:
+detached on release. Each held seat runs one loop that fetches one drain batch at a time (no
+prefetch, serial per seat): what is available, plus ``notification_coalesce_window_seconds``,
+up to ``notification_coalesce_max_batch`` deliveries, both read from the org the turns run with
+(CO-38). The batch is split by conversation (:func:`shared.turns.partition`: one conversation key,
+one group; a trigger without a key is a group of its own), oldest conversation first, and each
+group is handed to :meth:`Dispatcher.handle`, which merges it into one trigger
+(:func:`shared.turns.merge_triggers`) and passes, in order:
 
-1. an undecodable body → ``notification_skipped{reason: undecodable}``, acked;
-2. the completion ledger: every constituent already done → ``turn_trigger_skipped``, acked;
-3. a seat removed by an apply, or a node whose posture is shed/stuck → deferred (its mail is kept
+1. an undecodable body → ``notification_skipped{reason: undecodable}``, acked (it is always a
+   group of its own);
+2. a seat removed by an apply, or a node whose posture is shed/stuck → deferred (its mail is kept
    for the seat's next holder, FL-113); a human seat → ``notification_skipped``, acked;
-4. ``delegation_depth`` at the limit → the turn is recorded refused (``depth_cap``), acked;
+3. the completion ledger, read for every constituent: all done → ``turn_trigger_skipped``, acked;
+   some done → the turn runs on the rest only (FL-88);
+4. a constituent at the ``delegation_depth`` limit → its turn is recorded refused (``depth_cap``)
+   and it leaves the merge;
 5. admission ``may_start`` (FL-72) → no: :class:`~shared.bus.Deferred` (NAK at once, pause);
 6. a draining node → Deferred, so the delivery goes promptly to the successor (FL-129);
-7. one ``node.max_concurrent`` slot (FL-14), then the turn, fenced before every round and every
-   write-capable tool call (FL-74), with ``in_progress`` keepalives for a long turn (FL-83);
-8. the ledger rows are written after the turn's side effects, then the delivery is acked — or, when
-   the turn asks for redelivery (fenced, provider unavailable before any effect), NAKed. Nothing is
-   written once the seat's epoch no longer certainly holds (``turn_commit_fenced``): a node that
-   lost the seat mid-turn leaves the delivery to the successor.
+7. one ``node.max_concurrent`` slot (FL-14), then ONE turn for the group, fenced before every
+   round and every write-capable tool call (FL-74), with ``in_progress`` keepalives for every
+   delivery this node holds (the group's and the rest of the batch waiting behind it, FL-83);
+8. the ledger rows, one per constituent, are written after the turn's side effects, then every
+   delivery of the group is acked — or, when the turn asks for redelivery (fenced, provider
+   unavailable before any effect), every one is NAKed. Nothing is written once the seat's epoch no
+   longer certainly holds (``turn_commit_fenced``): a node that lost the seat mid-turn leaves the
+   deliveries to the successor.
+
+A Deferred from any group defers every delivery of the batch not yet settled (one delivery spent
+each, never an ack, FL-81): see :meth:`shared.bus.Mailbox.process_batch`. A group of several
+constituents is logged ``notifications_coalesced``; each API message among them gets its own
+status (``running``, then ``answered`` with the turn's reply, ``failed`` or ``queued`` again).
 
 Steps 7 and 8 are logged ``seat_turn_admitted`` and ``seat_turn_committed`` (seat, lease epoch,
-turn id, stream sequence, event ids), and a ledger skip carries the same ids, so a fleet's history
-can be checked after a run.
+turn id, the first delivery's ``stream_seq`` and every ``stream_seqs``, event ids), and a ledger
+skip carries the same ids, so a fleet's history can be checked after a run.
 
 A voluntary release (drain, placement) lets the running turn finish before the mailbox detaches,
-so the successor gets exactly what this node never acked (FL-65); a lost lease detaches at once:
-the running turn is stopped by its fence and its ack is refused (FL-66).
+and the batch's later groups are deferred (the stopping seat refuses them), so the successor gets
+exactly what this node never acked (FL-65); a lost lease detaches at once: the running turn is
+stopped by its fence and its ack is refused (FL-66).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared import logs, telemetry
+from shared import logs, telemetry, tools
 from shared.bus import Bus, BusUnavailable, Deferred, Delivery, Mailbox, MailboxDetached, wake_envelope
 from shared.coordination import CoordinationUnavailable, RevisionConflict
 from shared.leases import Ledger, SeatHost
 from shared.records import TurnStore
 from shared.router import open_router
 from shared.runtime import NodeContext
-from shared.turns import Trigger, TurnEngine
+from shared.turns import Trigger, TurnEngine, merge_triggers, partition
 
 from .workspace import RouterWorkspace
 
@@ -123,19 +140,36 @@ class Dispatcher:
 
     # -- the loop ------------------------------------------------------------------------------
 
+    def _coalescing(self) -> tuple[int, float]:
+        """``(max_batch, window seconds)`` of the org the turns run with now (CO-38; live on apply)."""
+        org = self.ctx.org
+        if org is None:
+            return 1, 0.0
+        company = org.company
+        return company.notification_coalesce_max_batch, float(company.notification_coalesce_window_seconds)
+
     async def _loop(self, handle: str, box: Mailbox) -> None:
         while handle not in self._stopping and not box.detached:
+            max_batch, window = self._coalescing()
             try:
-                outcome = await box.process(lambda d: self._handle_busy(handle, box, d), timeout=1.0)
+                outcomes = await box.process_batch(
+                    lambda group: self._handle_busy(handle, box, group),
+                    group=_conversations,
+                    max_batch=max_batch,
+                    window=window,
+                    timeout=1.0,
+                )
             except MailboxDetached:
                 return
             except BusUnavailable as e:
                 _log.warning("inbox_fetch_failed", seat=handle, error=str(e))
                 await asyncio.sleep(1.0)
                 continue
-            if outcome == "deferred" and self.host is not None:
+            finally:
+                self._busy.discard(handle)  # busy from the first group's start to the batch's end
+            if "deferred" in outcomes and self.host is not None:
                 self.host.record_deferral(handle)
-            if outcome == "fenced":
+            if "fenced" in outcomes:
                 return
             if box.paused:
                 await asyncio.sleep(0.2)
@@ -167,21 +201,44 @@ class Dispatcher:
                 return
         _log.warning("message_status_contended", message_id=message_id)
 
-    async def _handle_busy(self, handle: str, box: Mailbox, d: Delivery) -> None:
-        self._busy.add(handle)
-        try:
-            await self.handle(handle, box, d)
-        finally:
-            self._busy.discard(handle)
+    async def _set_messages(self, trigger: Trigger, **fields: Any) -> None:
+        """Write ``fields`` into the status of every API message the trigger stands for (CO-8, CO-38)."""
+        await asyncio.gather(
+            *(self._set_message(part.payload, **fields) for part in trigger.parts or (trigger,))
+        )
 
-    async def handle(self, handle: str, box: Mailbox, d: Delivery) -> None:
-        """Screen one delivery and run its turn (CO-11). Return = ack; raise = NAK (see module doc)."""
+    async def _handle_busy(self, handle: str, box: Mailbox, group: list[Delivery]) -> None:
+        # a voluntary release waits for a busy seat's batch (its later groups are deferred by the
+        # stopping check) instead of cancelling it between two groups; the loop clears the mark
+        self._busy.add(handle)
+        await self.handle(handle, box, group)
+
+    async def handle(self, handle: str, box: Mailbox, group: list[Delivery]) -> None:
+        """Screen one conversation's deliveries and run their one turn (CO-11, CO-38).
+
+        Args:
+            handle: The seat.
+            box: The seat's mailbox, attached under the epoch the turn runs in.
+            group: One group of a drain batch (:func:`_conversations`): one undecodable
+                delivery, or deliveries sharing a conversation key (or one event id).
+
+        Raises:
+            Deferred: This node is the wrong one (seat removed, shedding, not admitted, draining,
+                stopping, or the epoch moved during the turn): the batch goes back at once (FL-81).
+            TurnRedelivery: The turn asked for its deliveries to be redelivered (NAK with backoff).
+        """
         ctx = self.ctx
-        env = d.envelope
-        if env is None:
-            _log.warning("notification_skipped", seat=handle, reason="undecodable", stream_seq=d.stream_seq)
+        first = group[0]
+        stream_seqs = [d.stream_seq for d in group]
+        decoded = [(d, d.envelope) for d in group if d.envelope is not None]
+        for d in group:
+            if d.envelope is None:
+                _log.warning(
+                    "notification_skipped", seat=handle, reason="undecodable", stream_seq=d.stream_seq
+                )
+        if not decoded:
             return
-        envelope = env.to_dict()
+        triggers = [Trigger.from_envelope(env.to_dict(), headers=d.headers) for d, env in decoded]
         org = ctx.org
         seat = org.seat(handle) if org is not None else None
         if seat is None or ctx.shedding:
@@ -192,40 +249,61 @@ class Dispatcher:
                 "notification_deferred",
                 seat=handle,
                 reason="shedding" if ctx.shedding else "seat_removed",
-                event_id=env.id,
+                event_id=triggers[0].event_id,
+                event_ids=[t.event_id for t in triggers],
             )
             raise Deferred()
         if seat.kind == "human":
-            _log.info("notification_skipped", seat=handle, reason="human_seat", event_id=env.id)
+            for t in triggers:
+                _log.info("notification_skipped", seat=handle, reason="human_seat", event_id=t.event_id)
             return
-        trigger = Trigger.from_envelope(envelope, headers=d.headers)
-        ids = list(trigger.constituent_ids) or [trigger.event_id]
+        ids = list(dict.fromkeys(i for t in triggers for i in t.event_ids))
         done = await self.ledger.worked(handle, ids)
         if ids and set(ids) <= done:
             _log.info(
                 "turn_trigger_skipped",
                 seat=handle,
                 epoch=box.epoch,
-                stream_seq=d.stream_seq,
-                event_id=trigger.event_id,
+                stream_seq=first.stream_seq,
+                stream_seqs=stream_seqs,
+                event_id=triggers[0].event_id,
                 event_ids=ids,
                 reason="already_worked",
             )
             return
+        # FL-88: a redelivery that partially overlaps (A and B done, then A+B+C) runs only C
+        todo = [t for t in triggers if not set(t.event_ids) <= done]
         engine = self.engine()
-        turn_id = str(uuid.uuid4())
-        workspace = self._workspace(handle, box.epoch, turn_id)
         limit = org.company.turn_engine.delegation_depth_limit
-        if trigger.delegation_depth >= limit:
+        for capped in [t for t in todo if t.delegation_depth >= limit]:
+            refused_id = str(uuid.uuid4())
             await engine.refuse(
                 handle,
-                trigger,
+                capped,
                 kind="depth_cap",
-                workspace=workspace,
-                turn_id=turn_id,
-                error=f"delegation_depth {trigger.delegation_depth} >= limit {limit}",
+                workspace=self._workspace(handle, box.epoch, refused_id),
+                turn_id=refused_id,
+                error=f"delegation_depth {capped.delegation_depth} >= limit {limit}",
             )
+        todo = [t for t in todo if t.delegation_depth < limit]
+        if not todo:
             return
+        trigger = merge_triggers(todo)
+        ids = list(trigger.event_ids)
+        if len(ids) > 1:
+            _log.info(
+                "notifications_coalesced",
+                seat=handle,
+                conversation_key=trigger.conversation_key,
+                event_ids=ids,
+                stream_seqs=stream_seqs,
+                count=len(ids),
+            )
+        turn_id = str(uuid.uuid4())
+        basis = trigger.payload.get("basis") if trigger.payload else None
+        workspace = self._workspace(
+            handle, box.epoch, turn_id, basis=basis if isinstance(basis, str) and basis else None
+        )
         host = self.host
         epoch = host.may_start(handle) if host is not None else box.epoch
         if epoch is None or epoch != box.epoch:
@@ -241,17 +319,19 @@ class Dispatcher:
                 seat=handle,
                 epoch=epoch,
                 turn_id=turn_id,
-                stream_seq=d.stream_seq,
-                num_delivered=d.num_delivered,
+                stream_seq=first.stream_seq,
+                stream_seqs=stream_seqs,
+                num_delivered=first.num_delivered,
                 event_ids=ids,
             )
-            await self._set_message(trigger.payload, status="running", turn_id=turn_id, node=ctx.node_id)
+            await self._set_messages(trigger, status="running", turn_id=turn_id, node=ctx.node_id)
 
             async def fence() -> bool:
                 return host.may_continue(handle, epoch) if host is not None else True
 
             try:
-                async with box.keepalive(d):
+                # every delivery this node holds: the group's, and the batch's later groups (FL-83)
+                async with box.keepalive(*box.outstanding()):
                     result = await engine.run(
                         handle, trigger, workspace=workspace, fence=fence, turn_id=turn_id
                     )
@@ -267,12 +347,13 @@ class Dispatcher:
                 seat=handle,
                 epoch=epoch,
                 turn_id=turn_id,
-                stream_seq=d.stream_seq,
+                stream_seq=first.stream_seq,
+                stream_seqs=stream_seqs,
                 outcome=result.outcome,
             )
             raise Deferred()
         if result.redeliver:
-            await self._set_message(trigger.payload, status="queued", error=result.error)
+            await self._set_messages(trigger, status="queued", error=result.error)
             raise TurnRedelivery(f"turn {turn_id} {result.outcome}: {result.error_kind or ''}")
         for event_id in ids:
             await self.ledger.record(handle, event_id, {"turn_id": turn_id, "outcome": result.outcome})
@@ -281,19 +362,24 @@ class Dispatcher:
             seat=handle,
             epoch=epoch,
             turn_id=turn_id,
-            stream_seq=d.stream_seq,
+            stream_seq=first.stream_seq,
+            stream_seqs=stream_seqs,
             event_ids=ids,
             outcome=result.outcome,
         )
         reply = result.final_text or (result.submission.summary if result.submission is not None else "")
         if result.failed:
-            await self._set_message(
-                trigger.payload, status="failed", error=result.error or result.error_kind, turn_id=turn_id
+            await self._set_messages(
+                trigger, status="failed", error=result.error or result.error_kind, turn_id=turn_id
             )
         else:
-            await self._set_message(trigger.payload, status="answered", reply=reply, turn_id=turn_id)
+            await self._set_messages(trigger, status="answered", reply=reply, turn_id=turn_id)
 
-    def _workspace(self, handle: str, epoch: int, turn_id: str) -> RouterWorkspace:
+    def _workspace(
+        self, handle: str, epoch: int, turn_id: str, *, basis: str | None = None
+    ) -> RouterWorkspace:
+        """The seat's tool workspace for one turn: fenced writes, assignment and comment wakes
+        (CO-10, CO-41), and the trigger's external basis for items it files (CO-35)."""
         org = self.ctx.org
         agents = {s.handle for s in org.seats} if org is not None else set()
 
@@ -310,5 +396,32 @@ class Dispatcher:
                 _log.warning("tracker_wake_failed", seat=assignee, work_item=key, error=str(e))
 
         return RouterWorkspace(
-            open_router(self.ctx), self.ctx.objects, seat=handle, epoch=epoch, agent_seats=agents, wake=wake
+            open_router(self.ctx),
+            self.ctx.objects,
+            seat=handle,
+            epoch=epoch,
+            agent_seats=agents,
+            wake=wake,
+            comment_wake=functools.partial(
+                tools.publish_comment_wakes,
+                self.bus,
+                self.ctx.coord,
+                agent_seats=agents,
+                parent_turn_id=turn_id,
+            ),
+            basis=basis,
         )
+
+
+def _trigger_of(d: Delivery) -> Trigger | None:
+    if d.envelope is None:
+        return None
+    try:
+        return Trigger.from_envelope(d.envelope.to_dict(), headers=d.headers)
+    except ValueError:
+        return None
+
+
+def _conversations(batch: list[Delivery]) -> list[list[Delivery]]:
+    """Split one drain batch by conversation, oldest conversation first (CO-38, FL-85)."""
+    return partition(batch, _trigger_of)

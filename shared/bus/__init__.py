@@ -5,6 +5,7 @@ Nothing above this seam imports nats for messaging: nats-py errors are translate
 """
 
 from ._bus import ACK_WAIT, MAX_DELIVER, Bus, MailboxState, Published
+from ._delivery import Deferred, Delivery, Fence, Grouping, Outcome
 from ._envelope import Envelope, wake_envelope
 from ._errors import (
     BusError,
@@ -15,7 +16,7 @@ from ._errors import (
     StreamMismatch,
     SubjectRefused,
 )
-from ._mailbox import Deferred, Delivery, Fence, Mailbox, Outcome
+from ._mailbox import Mailbox
 from ._names import (
     check_subject,
     control_group,
@@ -41,6 +42,7 @@ __all__ = [
     "Delivery",
     "Envelope",
     "Fence",
+    "Grouping",
     "Mailbox",
     "MailboxDetached",
     "MailboxFenced",

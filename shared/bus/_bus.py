@@ -23,9 +23,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import logs
 
+from ._delivery import Fence, translate
 from ._envelope import Envelope
 from ._errors import BusUnavailable
-from ._mailbox import Fence, Mailbox, translate
+from ._mailbox import Mailbox
 from ._names import control_group, control_subject, durable_name, inbox_group, inbox_subject
 from ._streams import AGENT_STREAM, STREAMS, provision_streams
 

@@ -3,10 +3,10 @@
 The mailbox is the consumer, not the connection reading it: created with nothing attached, at
 deliver-all, explicit ack, ack wait 30 min, max deliver 25 and no inactivity threshold, so nothing
 reaps it while a seat is between owners (FL-77). The holder binds to it after the acquire hook
-(FL-79) and fetches one message when it is ready to run it: no prefetch. Detaching is
-non-destructive (consumer and cursor survive): :meth:`Mailbox.detach` NAKs whatever this holder
-fetched and did not finish, so the successor gets exactly what the loser never acked — a NAK of the
-original delivery, never a republish (FL-67).
+(FL-79) and fetches one message, or one drain batch (CO-38), when it is ready to run it: no
+prefetch. Detaching is non-destructive (consumer and cursor survive): :meth:`Mailbox.detach` NAKs
+whatever this holder fetched and did not finish, so the successor gets exactly what the loser never
+acked — a NAK of the original delivery, never a republish (FL-67).
 
 Every ack, NAK, keepalive and dead-letter is fenced: JetStream accepts a late ack from anyone who
 has the reply subject, so before sending one the mailbox asks the fence whether the epoch it was
@@ -20,6 +20,12 @@ Handler outcomes (FL-81, FL-82): return = ack; raise = NAK with a delay (1 s dou
 CO-7); :class:`Deferred` = NAK at once and pause fetching (the wrong node: the resume edge restarts
 it); a failure on the last allowed delivery is published to the seat's dead-letter subject on
 ``CREWLET_DLQ`` with the reason, then terminated (fleet.md §28 item 5).
+
+Inbox coalescing (CO-38) is :meth:`Mailbox.process_batch`: one drain (what is available, plus an
+optional window, up to a batch size) is split into groups by the caller, and each group is one
+handler call whose verdict applies to every delivery in it. A :class:`Deferred` from any group
+defers every delivery of the batch not yet settled (one delivery spent each, never an ack), so a
+refusal never burns the budget lap after lap and never acks mail this node did not run.
 """
 
 from __future__ import annotations
@@ -29,8 +35,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import nats.errors
@@ -41,74 +46,24 @@ from nats.js import JetStreamContext
 
 from shared import logs
 
+from . import _verdicts
+from ._delivery import Delivery, Fence, Grouping, Outcome, translate
 from ._envelope import Envelope
-from ._errors import BusUnavailable, MailboxDetached, MailboxFenced, PublishOutcomeUnknown
+from ._errors import BusUnavailable, MailboxDetached, MailboxFenced
 from ._names import dlq_subject
 
-__all__ = ["Deferred", "Delivery", "Fence", "Mailbox", "Outcome", "translate"]
+__all__ = ["Mailbox"]
 
 _log = logs.get("bus.mailbox")
 
-Fence = Callable[[str, int], bool]
-"""``fence(handle, epoch) -> bool``: True while ``epoch`` still holds the seat (``SeatHost.holds``)."""
+_DRAIN_FETCH_TIMEOUT = 1.0
+"""Seconds a drain fetch waits for messages the consumer said are pending (they are already there:
+the wait only bounds a race with another binding during a handover)."""
 
-Outcome = Literal["empty", "acked", "nacked", "deferred", "dead_lettered", "fenced"]
-
-
-class Deferred(Exception):  # noqa: N818 - a verdict a handler raises, not an error
-    """Raised by a handler when this node is the wrong one to run the delivery (FL-81).
-
-    The delivery is NAKed at once and the mailbox stops fetching until resumed.
-    """
-
-
-def translate(e: BaseException, what: str, *, write: bool) -> Exception:
-    """Translate a nats-py error into the bus seam's (STYLE.md "Errors")."""
-    if isinstance(e, nats.errors.TimeoutError | asyncio.TimeoutError):
-        if write:
-            return PublishOutcomeUnknown(f"{what}: no acknowledgement; it may have landed")
-        return BusUnavailable(f"{what}: timed out")
-    if isinstance(e, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
-        return BusUnavailable(f"{what}: no responders (election, or the stream is missing)")
-    if isinstance(
-        e,
-        nats.errors.ConnectionClosedError
-        | nats.errors.ConnectionReconnectingError
-        | nats.errors.StaleConnectionError
-        | nats.errors.OutboundBufferLimitError,
-    ):
-        if write:
-            return PublishOutcomeUnknown(f"{what}: connection lost during the write")
-        return BusUnavailable(f"{what}: connection lost")
-    return BusUnavailable(f"{what}: {type(e).__name__}: {e}")
-
-
-@dataclass
-class Delivery:
-    """One delivery of one inbox message to this holder.
-
-    Attributes:
-        handle: The seat.
-        epoch: The epoch of the mailbox it was fetched through.
-        data: The raw message bytes.
-        envelope: The decoded envelope, or None when the bytes are not one (a poison message).
-        headers: The message headers (``Nats-Msg-Id``, ``traceparent``...).
-        msg_id: The publisher's ``Nats-Msg-Id``, or None.
-        num_delivered: Which delivery of this message this is (1 = first; a NAK spends one).
-        stream_seq: The message's stream sequence: its identity across redeliveries.
-        settled: True once acked, NAKed or terminated through the mailbox.
-    """
-
-    handle: str
-    epoch: int
-    data: bytes
-    envelope: Envelope | None
-    headers: dict[str, str]
-    msg_id: str | None
-    num_delivered: int
-    stream_seq: int
-    settled: bool = False
-    _msg: Msg | None = field(default=None, repr=False)
+_REDELIVERY_PROBE = 0.1
+"""Seconds one extra drain fetch waits after a redelivery. The consumer's pending count leaves out
+redeliveries, and a batch deferred by a peer comes back as redeliveries all at once, so one short
+look keeps a handed-over conversation together (CO-38); it is paid only when a redelivery came."""
 
 
 class Mailbox:
@@ -159,6 +114,11 @@ class Mailbox:
     def detached(self) -> bool:
         """True once :meth:`detach` has run."""
         return self._closed
+
+    @property
+    def max_deliver(self) -> int:
+        """How many deliveries a message gets before it is dead-lettered (FL-82)."""
+        return self._max_deliver
 
     @property
     def paused(self) -> bool:
@@ -225,14 +185,87 @@ class Mailbox:
                 raise MailboxDetached(f"seat {self.handle}: mailbox detached")
             return await self._fetch_one(wait)
 
+    async def fetch_batch(
+        self, max_batch: int, *, timeout: float | None = None, window: float = 0.0
+    ) -> list[Delivery]:
+        """Fetch one drain batch: the next message, then what is available behind it (CO-38).
+
+        Waits up to ``timeout`` for a first message. Then, for ``window`` seconds after it came,
+        collects whatever else arrives; then drains what the consumer still says is pending
+        (never-delivered messages), and, when the batch holds a redelivery, takes one short look
+        (0.1 s) for other redeliveries ready now (a peer's deferred batch; one still waiting out
+        its NAK delay is not waited for). It stops at ``max_batch`` deliveries or when the
+        mailbox is being detached. With ``max_batch`` 1 this is :meth:`fetch`. Nothing is
+        fetched ahead of the caller being ready to run it (FL-77: one drain batch, no prefetch).
+
+        The window is not covered by keepalives: keep it well under the ack wait (it is at most
+        60 s, CO-38; the ack wait is 30 min, FL-77).
+
+        Args:
+            max_batch: At most this many deliveries (>= 1).
+            timeout: Seconds to wait for the first message (default: the bus's fetch timeout).
+            window: Seconds to keep collecting after the first message (0: only what is there).
+
+        Returns:
+            The deliveries in broker order; empty when nothing arrived in time or fetching is
+            paused.
+
+        Raises:
+            ValueError: ``max_batch`` < 1 or ``window`` < 0.
+            MailboxFenced: the epoch no longer holds the seat (nothing was fetched).
+            MailboxDetached: the mailbox was detached.
+            BusUnavailable: the broker could not be asked (deliveries fetched before are kept
+                outstanding: :meth:`detach` returns them).
+        """
+        if max_batch < 1 or window < 0:
+            raise ValueError(f"max_batch {max_batch} must be >= 1 and window {window} >= 0")
+        first = await self.fetch(timeout)
+        if first is None:
+            return []
+        batch = [first]
+        deadline = time.monotonic() + window
+        probed = False
+        async with self._fetch_lock:
+            while len(batch) < max_batch and not (self._closing or self._closed):
+                left = deadline - time.monotonic()
+                if left > 0:
+                    wait = left
+                elif batch[-1].pending > 0:
+                    wait = _DRAIN_FETCH_TIMEOUT
+                elif not probed and any(d.num_delivered > 1 for d in batch):
+                    wait, probed = _REDELIVERY_PROBE, True
+                else:
+                    break
+                if not self._fence(self.handle, self.epoch):
+                    break  # the fence refuses: settle what was fetched, fetch no more
+                got = await self._fetch_msgs(max_batch - len(batch), wait)
+                if not got and left <= 0:
+                    break
+                batch += got
+        if len(batch) > 1:
+            _log.debug(
+                "inbox_drained",
+                seat=self.handle,
+                epoch=self.epoch,
+                count=len(batch),
+                stream_seqs=[d.stream_seq for d in batch],
+            )
+        return batch
+
     async def _fetch_one(self, wait: float) -> Delivery | None:
+        got = await self._fetch_msgs(1, wait)
+        return got[0] if got else None
+
+    async def _fetch_msgs(self, n: int, wait: float) -> list[Delivery]:
         try:
-            msgs = await self._psub.fetch(1, timeout=wait)
+            msgs = await self._psub.fetch(n, timeout=wait)
         except nats.errors.TimeoutError:
-            return None
+            return []
         except Exception as e:  # noqa: BLE001 - translated at the seam
             raise translate(e, f"fetch seat {self.handle}", write=False) from None
-        msg = msgs[0]
+        return [self._delivery(msg) for msg in msgs]
+
+    def _delivery(self, msg: Msg) -> Delivery:
         meta = msg.metadata
         headers = dict(msg.headers or {})
         try:
@@ -248,6 +281,7 @@ class Mailbox:
             msg_id=headers.get("Nats-Msg-Id"),
             num_delivered=int(meta.num_delivered),
             stream_seq=int(meta.sequence.stream),
+            pending=int(meta.num_pending or 0),
             _msg=msg,
         )
         self._outstanding[d.stream_seq] = d
@@ -371,25 +405,35 @@ class Mailbox:
         return float(min(cap, first * 2 ** max(0, num_delivered - 1)))
 
     @contextlib.asynccontextmanager
-    async def keepalive(self, d: Delivery, *, every: float | None = None) -> AsyncIterator[None]:
-        """Send ``in_progress`` every ``every`` seconds while the body runs (long turns, FL-83).
+    async def keepalive(self, *deliveries: Delivery, every: float | None = None) -> AsyncIterator[None]:
+        """Send ``in_progress`` for each delivery every ``every`` seconds while the body runs (FL-83).
+
+        Covers every delivery this holder keeps while a long turn runs: the turn's own, and the
+        rest of a drain batch waiting behind it (CO-38). A delivery settled meanwhile is skipped.
 
         Args:
-            d: The delivery being worked on.
+            *deliveries: The deliveries being held.
             every: Seconds between keepalives (default: a third of the ack wait, at most 60 s).
+
+        .. versionchanged:: 0.1 Many deliveries (issue 10, CO-38); was one.
         """
         interval = every if every is not None else min(60.0, self._ack_wait / 3)
+        held = list(deliveries)
 
         async def beat() -> None:
             while True:
                 await asyncio.sleep(interval)
-                try:
-                    await self.in_progress(d)
-                except MailboxFenced:
-                    return
-                except (BusUnavailable, MailboxDetached):
+                for d in held:
                     if d.settled:
+                        continue
+                    try:
+                        await self.in_progress(d)
+                    except MailboxFenced:
                         return
+                    except (BusUnavailable, MailboxDetached, ValueError):
+                        continue  # settled meanwhile, or the next beat may get through
+                if all(d.settled for d in held):
+                    return
 
         task = asyncio.create_task(beat(), name=f"keepalive-{self.handle}")
         try:
@@ -418,40 +462,69 @@ class Mailbox:
             MailboxDetached: the mailbox was detached.
             BusUnavailable: the broker could not be asked.
         """
-        async with self._turn_lock:
-            return await self._process(handler, timeout)
 
-    async def _process(
-        self, handler: Callable[[Delivery], Awaitable[None]], timeout: float | None
-    ) -> Outcome:
-        try:
-            d = await self.fetch(timeout)
-        except MailboxFenced:
-            return "fenced"
-        if d is None:
-            return "empty"
-        last = d.num_delivered >= self._max_deliver
-        try:
+        async def one(group: list[Delivery]) -> None:
+            await handler(group[0])
+
+        outcomes = await self.process_batch(one, timeout=timeout)
+        return outcomes[0] if outcomes else "empty"
+
+    async def process_batch(
+        self,
+        handler: Callable[[list[Delivery]], Awaitable[None]],
+        *,
+        group: Grouping | None = None,
+        max_batch: int = 1,
+        window: float = 0.0,
+        timeout: float | None = None,
+    ) -> list[Outcome]:
+        """Fetch one drain batch, split it with ``group``, and run ``handler`` once per group (CO-38).
+
+        Groups run one after the other, in the order ``group`` gives, and each handler verdict
+        applies to every delivery of its group (FL-81, FL-82):
+
+        - return: every delivery of the group is acked;
+        - any exception but :class:`Deferred`: each is NAKed with :meth:`backoff` of its own
+          delivery count (dead-lettered when that was its last allowed delivery); the next group
+          runs (keep consuming);
+        - :class:`Deferred`: the group and **every later group** are NAKed at once (one delivery
+          spent each; dead-lettered on a last allowed delivery), nothing is acked, fetching is
+          paused (record it with the seat host's ``record_deferral``, FL-73), and no further
+          group runs;
+        - the fence refusing an ack or NAK: nothing more is sent, the rest stays unsettled for
+          :meth:`detach` (or the ack wait) to return, and the batch ends ``fenced``.
+
+        Serial per seat (CO-7): one batch at a time per mailbox; the next batch is fetched only
+        after every group of this one was settled. A handler holding the seat for a long turn
+        keeps the whole batch alive with ``keepalive(*mailbox.outstanding())``.
+
+        Args:
+            handler: Runs one group; return = ack all of it.
+            group: Splits the batch into groups (None: one group per delivery). A delivery it
+                leaves out runs alone after the groups; a repeated one runs only once.
+            max_batch: At most this many deliveries per drain (1: no coalescing).
+            window: Seconds to keep collecting after the first message (see :meth:`fetch_batch`).
+            timeout: Seconds to wait for a first message.
+
+        Returns:
+            One outcome per group, in run order (``acked``, ``nacked``, ``deferred``,
+            ``dead_lettered``, or ``fenced`` for the group the fence stopped); groups after a
+            deferral are reported ``deferred`` with it; [] when nothing was fetched; ``["fenced"]``
+            when the fetch itself was fenced.
+
+        Raises:
+            ValueError: ``max_batch`` < 1 or ``window`` < 0.
+            MailboxDetached: the mailbox was detached.
+            BusUnavailable: the broker could not be asked.
+        """
+        async with self._turn_lock:
             try:
-                await handler(d)
-            except Deferred:
-                if last:  # a NAK now would leave it with no delivery left: dead-letter instead
-                    await self.dead_letter(d, "deferred on its last allowed delivery")
-                    return "dead_lettered"
-                await self.nak(d)
-                self.pause()
-                _log.info("inbox_deferred", seat=self.handle, epoch=self.epoch, stream_seq=d.stream_seq)
-                return "deferred"
-            except Exception as e:  # noqa: BLE001 - a handler failure is a NAK (FL-81)
-                if last:
-                    await self.dead_letter(d, f"{type(e).__name__}: {e}")
-                    return "dead_lettered"
-                await self.nak(d, delay=self.backoff(d.num_delivered))
-                return "nacked"
-            await self.ack(d)
-            return "acked"
-        except MailboxFenced:
-            return "fenced"
+                batch = await self.fetch_batch(max_batch, timeout=timeout, window=window)
+            except MailboxFenced:
+                return ["fenced"]
+            if not batch:
+                return []
+            return await _verdicts.settle(self, batch, handler, group)
 
     # -- detach ------------------------------------------------------------------------------
 

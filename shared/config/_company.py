@@ -361,17 +361,20 @@ class Webhook(_Model):
 
 
 class GitHubIntegration(_Model):
-    """``integrations.github`` (CO-35, P1; inert until built).
+    """``integrations.github`` (CO-35): ``POST /webhooks/github``.
 
     Attributes:
         enabled: False keeps the block without serving ``/webhooks/github``.
         webhook_secret: Usually ``${VAR}``.
         route_unmatched_to: Seat handle or unit id for deliveries no seat matches; None skips them.
+        project: The tracker project GitHub issues and pull requests are mirrored into (ours); None:
+            the project of the unit holding the ``route_unmatched_to`` seat, else the first unit's.
     """
 
     enabled: bool = True
     webhook_secret: str = ""
     route_unmatched_to: str | None = None
+    project: str | None = Field(default=None, pattern=KEY_PATTERN)
 
 
 class Integrations(_Model):
@@ -454,8 +457,10 @@ class Company(_Model):
         providers: LLM providers (CO-3).
         roles: Root-level seats.
         units: The org tree.
-        notification_coalesce_window_seconds: P1 (CO-38), in seconds, at most 60.
-        notification_coalesce_max_batch: P1 (CO-38).
+        notification_coalesce_window_seconds: CO-38: seconds a seat's inbox keeps collecting after
+            the first message of a drain (0: only what is already there), at most 60.
+        notification_coalesce_max_batch: CO-38: at most this many deliveries per drain; each
+            conversation in it is one turn.
     """
 
     name: str = Field(min_length=1)

@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 # Keys whose feature is P1: accepted and inert until built (CO-1, "feature_inert{path}").
-_P1_COMPANY = ("integrations.github", "mcp_servers", "token_budget", "scheduling")
-_P1_ROLE = ("llm_review", "token_budget", "mcp_env", "schedules", "identities")
+_P1_COMPANY = ("mcp_servers", "token_budget", "scheduling")
+_P1_ROLE = ("llm_review", "token_budget", "mcp_env", "schedules")
 _P1_UNIT = ("schedules", "mcp_env")
 
 
@@ -106,7 +106,8 @@ def offline_script_issues(
         compat: Resolve seat references as the compatibility import does (CO-43).
 
     Returns:
-        One issue per problem, each naming ``providers.llm.<key>.script``.
+        One issue per problem, each naming ``providers.llm.<key>.script``. A path holding a
+        ``${NAME}`` reference is not checked here: it resolves on each node when it applies.
     """
     return _script_issues(data, base, file, compat)
 
@@ -124,8 +125,8 @@ def _script_issues(data: Mapping[str, Any], base: Path, file: str, compat: bool)
         if not isinstance(entry, dict) or entry.get("type") != "offline":
             continue
         script = entry.get("script")
-        if not isinstance(script, str):
-            continue
+        if not isinstance(script, str) or "${" in script:
+            continue  # a ${NAME} path resolves per node at apply; the apply checks it there
         path = base / script
         where = join_path(join_path("providers.llm", key), "script")
         try:
@@ -245,9 +246,6 @@ def inert_paths(company: Company) -> list[str]:
             out.append(key)
     if "max_iterations" in company.turn_engine.model_fields_set:
         out.append("turn_engine.max_iterations")
-    for name in ("notification_coalesce_window_seconds", "notification_coalesce_max_batch"):
-        if name in fields:
-            out.append(name)
 
     def scan(items: Iterable[Any], path: str, keys: tuple[str, ...]) -> None:
         for i, item in enumerate(items):

@@ -3,8 +3,9 @@
 :class:`TurnEngine` runs the ``execute`` phase's tool loop against a seat's provider chain and
 tool surface, guarded by the in-turn fence, and returns a :class:`TurnResult` (what section 10
 records); a :class:`TurnRecorder` receives the record as it happens. :class:`Trigger` and
-:func:`work_key` are the turn's identity (CO-19); :func:`build_prompt` is prompt assembly
-(CO-17).
+:func:`work_key` are the turn's identity (CO-19); :func:`partition` and :func:`merge_triggers`
+coalesce one inbox drain into one trigger per conversation (CO-38); :func:`build_prompt` is prompt
+assembly (CO-17).
 """
 
 from ._errors import SeatNotRunnable, TurnError
@@ -30,7 +31,15 @@ from ._result import (
     TurnStart,
     WorkItemCharge,
 )
-from ._trigger import FIRST_LINE_MAX_CHARS, ReplyMode, Trigger, first_line, work_key
+from ._trigger import (
+    FIRST_LINE_MAX_CHARS,
+    ReplyMode,
+    Trigger,
+    first_line,
+    merge_triggers,
+    partition,
+    work_key,
+)
 
 __all__ = [
     "FIRST_LINE_MAX_CHARS",
@@ -58,6 +67,8 @@ __all__ = [
     "WorkItemCharge",
     "build_prompt",
     "first_line",
+    "merge_triggers",
+    "partition",
     "prefetch_knowledge",
     "work_key",
 ]

@@ -12,14 +12,18 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from shared.bus import Mailbox
+from shared.bus import Mailbox, _verdicts
 from shared.leases import SeatHost
 
 PATHS: list[Callable[..., Any]] = [
     Mailbox.detach,
     Mailbox.nak,
     Mailbox.pause,
-    Mailbox._process,  # noqa: SLF001 - the handler verdicts, deferral included
+    Mailbox.process,
+    Mailbox.process_batch,  # the handler verdicts, a batch's deferral included (CO-38)
+    _verdicts.settle,
+    _verdicts.run_group,
+    _verdicts.defer,
     SeatHost.release,
     SeatHost._lose,  # noqa: SLF001
     SeatHost._teardown,  # noqa: SLF001

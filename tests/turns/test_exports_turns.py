@@ -30,6 +30,8 @@ EXPECTED = [
     "WorkItemCharge",
     "build_prompt",
     "first_line",
+    "merge_triggers",
+    "partition",
     "prefetch_knowledge",
     "work_key",
 ]
