@@ -3,8 +3,10 @@
 The node runs as a child process (``crewlet run``) in the foreground. This script waits for
 ``/ready``, imports the shared knowledge pages (``../shared/data/knowledge`` when present), posts
 GitHub's real ``issues.opened`` delivery signed with ``GITHUB_WEBHOOK_SECRET`` to
-``/webhooks/inbound/github``, waits for the triage and lead turns, and prints what happened: the
-work item, its assignee and comments, the turns with their tokens. Then it keeps the node serving
+``/webhooks/github`` (the node links the GitHub issue to one work item and wakes triage, which
+assigns it to the lead, whose turn takes it up), then GitHub's ``issue_comment.created`` about the
+same issue (a comment on the same item, which wakes the lead again), and prints what happened:
+the one work item, its assignee and comment thread, the turns with their tokens. Then it keeps the node serving
 at the printed URL with the printed token until Ctrl-C (which drains the node, FL-129).
 
 Environment: ``CREWLET_API_TOKEN`` and ``GITHUB_WEBHOOK_SECRET`` (generated and printed when unset),
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 import secrets
 import signal
@@ -88,51 +89,64 @@ def _import_knowledge(client: httpx.Client) -> None:
     print(f"imported {count} knowledge pages from {folder} into space ENG")
 
 
-def _post_delivery(client: httpx.Client, secret: str) -> dict[str, Any] | None:
-    path = SHARED_DATA / "github-webhooks" / "issues.opened.json"
+def _post_github(client: httpx.Client, secret: str, name: str) -> dict[str, Any] | None:
+    """POST one saved GitHub delivery (``<event>.<action>.json``) to ``/webhooks/github``, signed."""
+    path = SHARED_DATA / "github-webhooks" / f"{name}.json"
     if not path.is_file():
         print(f"(no GitHub delivery at {path}; nothing to post)")
         return None
     body = path.read_bytes()
     signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
     r = client.post(
-        "/webhooks/inbound/github",
+        "/webhooks/github",
         content=body,
         headers={
             "Content-Type": "application/json",
-            "X-GitHub-Event": "issues",
+            "X-GitHub-Event": name.split(".")[0],
             "X-GitHub-Delivery": str(uuid.uuid4()),
             "X-Hub-Signature-256": signature,
         },
     )
-    title = json.loads(body)["issue"]["title"]
-    print(f"\nposted GitHub's issues.opened delivery ({title!r}): {r.status_code} {r.text}")
-    return dict(r.json()) if r.status_code == 202 else None
+    answer = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+    linked = (answer.get("linked") or {}) if isinstance(answer, dict) else {}
+    routed = ", ".join(f"{x['seat']} ({x['reason']})" for x in answer.get("routed") or []) or "nobody"
+    woken = ", ".join(answer.get("woken") or []) or "nobody"
+    print(
+        f"\nposted GitHub's {name} delivery: {r.status_code} {answer.get('status')}; work item "
+        f"{linked.get('work_item')} ({linked.get('outcome')}); routed to {routed}; woke {woken}"
+    )
+    return dict(answer) if r.status_code == 202 else None
 
 
-def _show_result(client: httpx.Client, accepted: dict[str, Any]) -> None:
-    deadline = time.monotonic() + 30
-    turns: list[dict[str, Any]] = []
+def _wait_turns(client: httpx.Client, seats: list[str], since: float, timeout: float = 30.0) -> None:
+    """Wait until each of ``seats`` (in order, repeats counted) finished a turn started after ``since``."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        turns = client.get("/turns", params={"limit": 20}).json().get("turns", [])
-        mine = [
-            t
-            for t in turns
-            if t.get("trace_id") == accepted.get("trace_id") and t.get("outcome") != "running"
-        ]
-        if len({t["seat"] for t in mine}) >= 2:
-            turns = mine
-            break
+        turns = client.get("/turns", params={"limit": 50}).json().get("turns", [])
+        done = sorted(
+            (t for t in turns if t.get("started_at", 0) >= since and t.get("outcome") != "running"),
+            key=lambda t: t["started_at"],
+        )
+        want = list(seats)
+        for t in done:
+            if want and t["seat"] == want[0]:
+                want.pop(0)
+        if not want:
+            return
         time.sleep(0.2)
-    items = client.get("/work", params={"project": "SUP"}).json().get("items", [])
-    if items:
-        item = client.get(f"/work/{items[0]['key']}").json()
-        print(f"\nwork item {item['key']}: {item['title']}")
-        print(f"  status {item['status']}, assignee {item['assignee']}, filed by {item['reporter']}")
-        for c in item.get("comments", []):
-            print(f"  comment by {c['author']}: {c['body']}")
+
+
+def _show_item(client: httpx.Client, key: str, since: float) -> None:
+    item = client.get(f"/work/{key}").json()
+    print(f"\nwork item {item['key']}: {item['title']}")
+    print(f"  {item.get('url') or ''}")
+    print(f"  status {item['status']}, assignee {item['assignee']}, filed by {item['reporter']}")
+    print(f"  labels {item.get('labels') or []}, linked to {item.get('external')}")
+    for c in item.get("comments", []):
+        print(f"  comment by {c['author']}: {c['body']}")
+    turns = client.get("/turns", params={"limit": 50}).json().get("turns", [])
     print("\nturns:")
-    for t in sorted(turns, key=lambda t: t["started_at"]):
+    for t in sorted((t for t in turns if t.get("started_at", 0) >= since), key=lambda t: t["started_at"]):
         print(
             f"  {t['seat']:<7} {t['outcome']:<10} {t['rounds']} rounds, {t['tool_calls']} tool calls, "
             f"{t['tokens']['input']} in / {t['tokens']['output']} out tokens, trace {t['trace_id']}"
@@ -173,9 +187,16 @@ def main() -> int:
     print(f"node ready at {url}")
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
         _import_knowledge(client)
-        accepted = _post_delivery(client, secret)
-        if accepted is not None:
-            _show_result(client, accepted)
+        since = time.time()
+        opened = _post_github(client, secret, "issues.opened")
+        key = ((opened or {}).get("linked") or {}).get("work_item")
+        if opened is not None and key:
+            _wait_turns(client, ["triage", "lead"], since)  # triage assigns it; the lead takes it
+            # a follow-up comment on the same GitHub issue: a comment on the same work item, which
+            # wakes its assignee; no new item, no triage turn (CO-35, CO-41)
+            if _post_github(client, secret, "issue_comment.created") is not None:
+                _wait_turns(client, ["triage", "lead", "lead"], since)
+            _show_item(client, str(key), since)
     print()
     fleet_status.show(url, token)
     print(f"\nThe node keeps serving at {url}")

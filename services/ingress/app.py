@@ -14,7 +14,19 @@ from shared import telemetry
 from shared.bus import Bus, Envelope
 from shared.runtime import NodeContext, RoleService, api_error
 
-from .api.routes import config, events, files, fleet, knowledge, messages, secrets, turns, webhooks, work
+from .api.routes import (
+    config,
+    events,
+    files,
+    fleet,
+    github,
+    knowledge,
+    messages,
+    secrets,
+    turns,
+    webhooks,
+    work,
+)
 from .triggers import TriggerPublisher
 
 __all__ = ["service"]
@@ -34,6 +46,7 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(fleet.router(ctx))
     api.include_router(config.router(ctx))
     api.include_router(webhooks.router(ctx, publisher))
+    api.include_router(github.router(ctx, publisher))
     api.include_router(messages.router(ctx, publisher))
     api.include_router(turns.router(ctx))
     api.include_router(work.router(ctx))

@@ -7,6 +7,7 @@ that received it, so the seat's turn joins the same trace (CO-21).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,11 +16,77 @@ from typing import Any
 
 from opentelemetry import trace
 
+from shared import logs
+from shared.coordination import CoordinationUnavailable, OutcomeUnknown, RevisionConflict
 from shared.runtime import NodeContext, api_error
 
-__all__ = ["Published", "TriggerPublisher", "admit_work", "json_pointer"]
+__all__ = ["Claim", "Published", "TriggerPublisher", "admit_work", "claim_delivery", "json_pointer"]
 
 _tracer = trace.get_tracer("crewlet.ingress")
+_log = logs.get("ingress.claims")
+
+
+@dataclass
+class Claim:
+    """One inbound delivery's dedupe claim in the ``claims`` slot (FL-33, FL-122).
+
+    Attributes:
+        key: The claim key.
+        duplicate: True when another delivery with this id already claimed it: process nothing.
+        held: True when this request holds the claim (False also when the store could not be
+            asked: the claim fails open, FL-33, and the delivery is processed).
+    """
+
+    key: str
+    duplicate: bool
+    held: bool
+
+    async def release(self, ctx: NodeContext) -> None:
+        """Give the claim back (the processing failed: the sender's retry must not be a duplicate)."""
+        if self.held and ctx.coord is not None:
+            try:
+                await ctx.coord.delete("claims", self.key)
+            except CoordinationUnavailable:
+                pass
+
+
+async def _claim_owner(ctx: NodeContext, key: str) -> str | None:
+    """The nonce of whoever holds ``key`` in ``claims``, or None when absent or unknown."""
+    assert ctx.coord is not None
+    try:
+        entry = await ctx.coord.get("claims", key)
+    except CoordinationUnavailable:
+        return None
+    if entry is None:
+        return None
+    try:
+        return str(json.loads(entry.value).get("nonce", ""))
+    except (ValueError, AttributeError):
+        return ""
+
+
+async def claim_delivery(ctx: NodeContext, key: str) -> Claim:
+    """Claim an inbound delivery id once, fleet-wide (FL-122); fails open when unknown (FL-33).
+
+    A create whose outcome is unknown may have landed (infra-facts §3): it is re-read before
+    deciding duplicate or not.
+    """
+    if ctx.coord is None:
+        return Claim(key, duplicate=False, held=False)
+    nonce = uuid.uuid4().hex
+    try:
+        await ctx.coord.create("claims", key, json.dumps({"node": ctx.node_id, "nonce": nonce}).encode())
+        return Claim(key, duplicate=False, held=True)
+    except RevisionConflict:
+        return Claim(key, duplicate=True, held=False)
+    except OutcomeUnknown:
+        owner = await _claim_owner(ctx, key)
+        if owner is not None and owner != nonce:
+            return Claim(key, duplicate=True, held=False)
+        return Claim(key, duplicate=False, held=owner == nonce)
+    except CoordinationUnavailable as e:
+        _log.warning("delivery_claim_unknown", key=key, error=str(e))
+        return Claim(key, duplicate=False, held=False)
 
 
 def admit_work(ctx: NodeContext) -> None:

@@ -201,6 +201,14 @@ class DeepChecks:
         github = self._mapping("integrations", "github")
         if github is not None:
             self._route(github, "route_unmatched_to", "integrations.github.route_unmatched_to")
+            project = github.get("project")
+            projects = {u.data.get("project") for u in self.org.units}
+            if isinstance(project, str) and project not in projects:
+                self.add(
+                    "integrations.github.project",
+                    "unknown_value",
+                    f"no unit has project {project!r}: GitHub items are mirrored into a unit's project",
+                )
 
     def mcp_servers(self) -> None:
         items = self.data.get("mcp_servers")

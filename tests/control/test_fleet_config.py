@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.fleet.harness import SEATS, Fleet, company_doc, wait_for
+from tests.fleet.harness import SEATS, Fleet, company_doc, sign, wait_for
 from tests.support.otlp import OtlpReceiver
 from tests.support.procs import REPO, TOKEN, VENV_BIN
 
@@ -347,6 +347,60 @@ def test_repinning_a_held_seat_moves_it(fleet: Fleet) -> None:
     activate(fleet, base_doc(fleet), "unpin ops")
     fleet.wait_converged(40)
     fleet.check_history()
+
+
+def test_one_github_issue_through_two_nodes_at_once_is_one_work_item(fleet: Fleet) -> None:
+    """Issue 10: the same GitHub sequence (each delivery with its own id) posted to ``a`` and ``b``
+    at the same time links one work item; both nodes answer it by its basis."""
+    hooks = REPO.parent / "shared" / "data" / "github-webhooks"
+    opened = json.loads((hooks / "issues.opened.json").read_bytes())
+    opened["issue"]["number"] = 4242  # an issue no other test posts
+    sequence = [("issues", opened)]
+    for action in ("edited", "labeled", "closed", "reopened"):
+        body = copy.deepcopy(opened)
+        body["action"] = action
+        if action == "labeled":
+            body["issue"]["labels"] = [{"name": "bug"}]
+        sequence.append(("issues", body))
+    comment = json.loads((hooks / "issue_comment.created.json").read_bytes())
+    comment["issue"]["number"] = 4242
+    sequence.insert(3, ("issue_comment", comment))
+
+    def replay(node: str) -> list[int]:
+        codes = []
+        for event, payload in sequence:
+            raw = json.dumps(payload).encode()
+            r = httpx.post(
+                fleet.nodes[node].url + "/webhooks/github",
+                content=raw,
+                headers={
+                    "Content-Type": "application/json",
+                    "X-GitHub-Event": event,
+                    "X-GitHub-Delivery": f"{node}-{event}-{payload['action']}-{os.urandom(4).hex()}",
+                    "X-Hub-Signature-256": sign(raw),
+                },
+                timeout=30,
+            )
+            codes.append(r.status_code)
+        return codes
+
+    barrier = threading.Barrier(2)
+
+    def go(node: str) -> list[int]:
+        barrier.wait()
+        return replay(node)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(go, ["a", "b"]))
+    assert all(code in (200, 202) for codes in results for code in codes), results
+    basis = f"github:{opened['repository']['id']}#4242"
+    for name in fleet.names:
+        with fleet.api(name) as c:
+            items = c.get("/work", params={"external": basis, "read_level": "linearizable"}).json()["items"]
+        assert len(items) == 1, (name, items)
+    with fleet.api("c") as c:
+        got = c.get(f"/work/{items[0]['key']}").json()
+    assert got["labels"] == ["bug"] and got["external"] == basis
 
 
 def test_bad_revisions_are_refused_before_the_pointer_moves(fleet: Fleet) -> None:

@@ -23,19 +23,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import uuid
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from shared import logs
-from shared.coordination import CoordinationUnavailable, OutcomeUnknown, RevisionConflict
 from shared.runtime import NodeContext, api_error
 
-from ...triggers import TriggerPublisher, admit_work, json_pointer
+from ...triggers import TriggerPublisher, admit_work, claim_delivery, json_pointer
 
-__all__ = ["MAX_BODY_BYTES", "router", "signature_ok"]
+__all__ = ["MAX_BODY_BYTES", "read_capped", "router", "signature_ok"]
 
 MAX_BODY_BYTES = 5 * 1024 * 1024
 """The largest webhook body accepted, in bytes (CO-9)."""
@@ -51,7 +49,7 @@ def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(expected.encode(), header.strip().lower().encode())
 
 
-async def _read_capped(request: Request, limit: int) -> bytes | None:
+async def read_capped(request: Request, limit: int) -> bytes | None:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return None
@@ -65,21 +63,6 @@ async def _read_capped(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _claim_owner(ctx: NodeContext, key: str) -> str | None:
-    """The nonce of whoever holds ``key`` in ``claims``, or None when absent or unknown."""
-    assert ctx.coord is not None
-    try:
-        entry = await ctx.coord.get("claims", key)
-    except CoordinationUnavailable:
-        return None
-    if entry is None:
-        return None
-    try:
-        return str(json.loads(entry.value).get("nonce", ""))
-    except (ValueError, AttributeError):
-        return ""
-
-
 def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
     """Build the webhook route over ``ctx`` publishing through ``publisher``."""
     r = APIRouter(tags=["webhooks"])
@@ -90,7 +73,7 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         hook = ctx.org.webhook(source)
         if hook is None:
             raise api_error(404, "unknown_source", f"no integrations.webhooks entry has source {source!r}")
-        body = await _read_capped(request, MAX_BODY_BYTES)
+        body = await read_capped(request, MAX_BODY_BYTES)
         if body is None:
             raise api_error(413, "body_too_large", f"the body is over {MAX_BODY_BYTES} bytes (5 MiB)")
         if not hook.secret:
@@ -129,27 +112,12 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         delivery = request.headers.get(hook.delivery_header, "").strip()
         if not delivery:
             raise api_error(400, "missing_delivery_id", f"header {hook.delivery_header} is required")
-        claim_key = f"webhook.{source}.{hashlib.sha256(delivery.encode()).hexdigest()[:40]}"
-        claimed = False
-        if ctx.coord is not None:
-            nonce = uuid.uuid4().hex
-            try:
-                await ctx.coord.create(
-                    "claims", claim_key, json.dumps({"node": ctx.node_id, "nonce": nonce}).encode()
-                )
-                claimed = True
-            except RevisionConflict:
-                _log.info("webhook_duplicate", source=source, delivery=delivery)
-                return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
-            except OutcomeUnknown:
-                # the create may have landed (infra-facts §3): re-read before deciding
-                owner = await _claim_owner(ctx, claim_key)
-                if owner is not None and owner != nonce:
-                    _log.info("webhook_duplicate", source=source, delivery=delivery)
-                    return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
-                claimed = owner == nonce
-            except CoordinationUnavailable as e:  # fails open (FL-33): process the delivery
-                _log.warning("webhook_claim_unknown", source=source, delivery=delivery, error=str(e))
+        claim = await claim_delivery(
+            ctx, f"webhook.{source}.{hashlib.sha256(delivery.encode()).hexdigest()[:40]}"
+        )
+        if claim.duplicate:
+            _log.info("webhook_duplicate", source=source, delivery=delivery)
+            return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
         text = pointer_value
         event = request.headers.get("x-github-event", "")
         try:
@@ -167,11 +135,7 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
                 msg_id=f"webhook:{source}:{delivery}",
             )
         except Exception:
-            if claimed and ctx.coord is not None:
-                try:
-                    await ctx.coord.delete("claims", claim_key)
-                except CoordinationUnavailable:
-                    pass
+            await claim.release(ctx)
             raise
         _log.info(
             "webhook_accepted", source=source, seat=seat, delivery=delivery, event_id=published.event_id
