@@ -65,18 +65,7 @@ def _revision_data(revision: Revision) -> dict[str, Any]:
 
 
 def _revision_from(data: dict[str, Any]) -> Revision:
-    return Revision(
-        revision_id=str(data["revision_id"]),
-        document=dict(data["document"]),
-        summary=str(data.get("summary", "")),
-        source=data.get("source", "offline"),
-        created_by=str(data.get("created_by") or "not recorded"),
-        created_by_kind=data.get("created_by_kind", "operator"),
-        operator_id=str(data.get("operator_id", "")),
-        created_at=str(data.get("created_at", "")),
-        parent_revision_id=data.get("parent_revision_id"),
-        compat=bool(data.get("compat", False)),
-    )
+    return Revision.from_meta({"source": "offline", **data}, dict(data["document"]))
 
 
 class LocalRecord:

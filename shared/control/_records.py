@@ -171,8 +171,17 @@ class Revision:
         if not isinstance(data, dict) or not isinstance(data.get("revision_id"), str):
             raise ValueError("not a revision record")
         document = _open(sealer, data["revision_id"], data.get("payload")) if sealer is not None else {}
+        return cls.from_meta(data, document)
+
+    @classmethod
+    def from_meta(cls, data: dict[str, Any], document: dict[str, Any]) -> Revision:
+        """A revision from its :meth:`meta` fields and its (opened) document.
+
+        Raises:
+            KeyError: ``revision_id`` is missing.
+        """
         return cls(
-            revision_id=data["revision_id"],
+            revision_id=str(data["revision_id"]),
             document=document,
             summary=str(data.get("summary", "")),
             source=data.get("source", "api"),
