@@ -7,6 +7,7 @@ that received it, so the seat's turn joins the same trace (CO-21).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,10 +45,8 @@ class Claim:
     async def release(self, ctx: NodeContext) -> None:
         """Give the claim back (the processing failed: the sender's retry must not be a duplicate)."""
         if self.held and ctx.coord is not None:
-            try:
+            with contextlib.suppress(CoordinationUnavailable):  # it ages out with the bucket (5 min)
                 await ctx.coord.delete("claims", self.key)
-            except CoordinationUnavailable:
-                pass
 
 
 async def _claim_owner(ctx: NodeContext, key: str) -> str | None:

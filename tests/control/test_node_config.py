@@ -3,6 +3,7 @@ an unsealed pointer, and a turn pinning the company it started with (CO-4, FL-10
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -209,12 +210,10 @@ def test_unconfigured_node_takes_its_first_revision_live(
     node = start_node("node", "--node", str(cfg), name="n", port=port)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             r = node.get("/ready", token=None)
             if r.json().get("reason") == "unconfigured" and r.json().get("detail") == "no active company":
                 break
-        except httpx.HTTPError:
-            pass
         time.sleep(0.2)
     assert r.status_code == 503 and r.json()["reason"] == "unconfigured"
     assert node.get("/config").json()["error"] == "no_active_revision"
