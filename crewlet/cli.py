@@ -4,10 +4,16 @@ Commands:
 
 - ``crewlet validate [FILE] [--node F] [--company F] [--json] [--compat]``: exit 0 when valid, 2 with
   one ``file: path: message`` line per error when not (FL-158, CO-1).
-- ``crewlet run``: one node, all roles, embedded broker, the example company (CO-29).
-- ``crewlet node --node F --company F``: any legal role set.
+- ``crewlet run``: one node, all roles, embedded broker, the example company as a seed (CO-29, CO-4);
+  ``--import-company F`` activates a file at boot.
+- ``crewlet node --node F --company F``: any legal role set (``--company`` is a seed, FL-109).
 - ``crewlet fleet status``: the fleet as a node's ``GET /fleet`` says (FL-7).
 - ``crewlet schema company|node``: the JSON Schema of either tier.
+- ``crewlet config import|show|export|revisions|diff|activate``: the company's revisions through a
+  running node (CO-4, CO-28, FL-104..FL-109; :mod:`crewlet.config_cli`).
+- ``crewlet secrets set|list|get|unset|keygen|rekey``: the secret store (FL-151, CO-40;
+  :mod:`crewlet.secrets_cli`).
+- ``crewlet knowledge import DIR``: publish Markdown pages (:mod:`crewlet.knowledge_cli`).
 
 Every refusal is printed as lines naming the file and the path inside it; no command prints a
 traceback for bad input.
