@@ -30,6 +30,9 @@ run: install ## Start one node with the example company on the embedded broker, 
 test: install ## Run the whole test suite (real nats-server, real node processes)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+
+.PHONY: bench-quick
+bench-quick: install ## Every benchmark figure at its smallest size, no timing asserted (CI runs it after make test)
 	$(BIN)/python -m bench --quick --quiet
 
 .PHONY: lint
