@@ -259,7 +259,10 @@ class Mailbox:
     async def _fetch_msgs(self, n: int, wait: float) -> list[Delivery]:
         try:
             msgs = await self._psub.fetch(n, timeout=wait)
-        except nats.errors.TimeoutError:
+        except (TimeoutError, nats.errors.TimeoutError):
+            # nats-py's batch fetch (n > 1) raises the bare asyncio timeout when nothing came; read as
+            # a failure it dropped the loop for a second and, under load, a late delivery to that
+            # request waited out the whole ack window before it was redelivered
             return []
         except Exception as e:  # noqa: BLE001 - translated at the seam
             raise translate(e, f"fetch seat {self.handle}", write=False) from None
