@@ -170,8 +170,9 @@ class Keyring:
                     f.write("\n")
                     f.flush()
                     os.fsync(f.fileno())
-                try:
-                    os.link(tmp, path)  # never replaces a keyring another process just wrote
+                # never replaces a keyring another process just wrote: that one is read below
+                with contextlib.suppress(FileExistsError):
+                    os.link(tmp, path)
                     _log.warning(
                         "secrets_keyring_generated",
                         path=str(path),
@@ -180,8 +181,6 @@ class Keyring:
                         "copy this file's keys into secrets: of every node file before adding nodes "
                         "(CO-40)",
                     )
-                except FileExistsError:
-                    pass
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
