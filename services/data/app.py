@@ -45,6 +45,8 @@ def service(ctx: NodeContext) -> RoleService:
             replicas=ctx.cfg.stream.replicas,
             rules=estate.rules_from_company(ctx.company, ctx.org),
             positions_bucket=f"{ctx.cfg.coordination.bucket_prefix}_positions",
+            wal_limit=ctx.cfg.retention.wal_limit_bytes,
+            checkpoint_interval=ctx.cfg.retention.checkpoint_interval,
         )
 
         def on_write(op: str, call: estate.Call, answer: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from ._env import VAR_RE, resolve_tree
 from ._issues import ConfigInvalid, Issue, issues_from_pydantic, sort_issues
+from ._retention import RetentionConfig, TrackerRetention
 from ._yaml import read_yaml_mapping
 
 __all__ = [
@@ -154,6 +155,7 @@ class StreamConfig(_Strict):
             handover is a NAK (about a millisecond); this window only bounds how long mail a
             killed node had fetched waits before it is redelivered. Tests shorten it.
         max_payload_bytes: The smallest server ``max_payload`` accepted (FL-3: 8 MB).
+        tracker_retention: Snapshot interval, trim age and rejoin window (ES-52, ES-53, ES-59).
     """
 
     type: Literal["embedded", "nats"] = "embedded"
@@ -168,6 +170,7 @@ class StreamConfig(_Strict):
     sync: str = "always"
     debug: bool = False
     ack_wait_seconds: Annotated[float, Field(ge=1.0, le=86_400.0)] = 1800.0
+    tracker_retention: TrackerRetention = Field(default_factory=TrackerRetention)
 
 
 class CoordinationConfig(_Strict):
@@ -207,11 +210,14 @@ class StoreConfig(_Strict):
         dir: Directory of ``estate.db``, ``node.db`` and ``snapshots/``; ``""`` means
             ``./.crewlet/<node-id>``.
         scratch: True on a node without ``data``: wiped at every boot (FL-17).
+        snapshot_dir: Where this data node keeps its one snapshot artefact (ES-53); ``""``
+            means ``<dir>/snapshots``. Refused on a node without ``data`` (ES-2).
         objects: The shared object store.
     """
 
     dir: str = ""
     scratch: bool = False
+    snapshot_dir: str = ""
     objects: ObjectsConfig = Field(default_factory=ObjectsConfig)
 
 
@@ -311,6 +317,7 @@ class NodeConfig(_Strict):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     secrets: SecretsConfig = Field(default_factory=SecretsConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     id_from_default: SkipJsonSchema[bool] = False
     source: SkipJsonSchema[str] = ""
 
@@ -337,6 +344,11 @@ class NodeConfig(_Strict):
     def store_dir(self) -> Path:
         """This node's store directory."""
         return Path(self.store.dir) if self.store.dir else Path(".crewlet") / self.node_id
+
+    @property
+    def snapshot_dir(self) -> Path:
+        """This data node's snapshot directory (ES-53)."""
+        return Path(self.store.snapshot_dir) if self.store.snapshot_dir else self.store_dir / "snapshots"
 
     @property
     def jetstream_dir(self) -> Path:

@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 from ._issues import Issue
 from ._node import ALL_ROLES, NODE_ID_RE, NodeConfig
+from ._retention import MIN_AGE_RANGE, SNAPSHOTS_KEPT, TEST_TIMINGS_ENV, test_timings
 
 __all__ = ["check_node", "count_peers"]
 
@@ -456,6 +457,62 @@ def check_node(raw: dict[str, Any], cfg: NodeConfig | None, *, file: str, check_
                 ids.add(tid)
 
     out.extend(_check_keyring(_get(raw, "secrets"), file))
+    if cfg is not None:
+        out.extend(_check_retention(raw, cfg, file, has_data="data" in roles))
+    return out
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g}d" if seconds >= 86400 else f"{seconds / 3600:g}h"
+
+
+def _check_retention(raw: dict[str, Any], cfg: NodeConfig, file: str, *, has_data: bool) -> list[Issue]:
+    """ES-2, ES-49, ES-52 on the shape-valid config (durations already in seconds)."""
+    out: list[Issue] = []
+    if not has_data and _get(raw, "store", "snapshot_dir"):
+        out.append(
+            Issue(
+                file,
+                "store.snapshot_dir",
+                "conflict",
+                "a node without data holds no estate and takes no snapshots: remove store.snapshot_dir, "
+                "or add data to node.roles",
+            )
+        )
+    tr = cfg.stream.tracker_retention
+    lo, hi = MIN_AGE_RANGE
+    if not test_timings() and not lo <= tr.min_age <= hi:
+        out.append(
+            Issue(
+                file,
+                "stream.tracker_retention.min_age",
+                "out_of_range",
+                f"min_age {_days(tr.min_age)} is outside 24h..90d (ES-52); {TEST_TIMINGS_ENV}=1 allows "
+                "short ages for tests only",
+            )
+        )
+    if tr.snapshot_interval * (SNAPSHOTS_KEPT + 1) >= tr.min_age:
+        out.append(
+            Issue(
+                file,
+                "stream.tracker_retention.snapshot_interval",
+                "conflict",
+                f"snapshot_interval {_days(tr.snapshot_interval)} × {SNAPSHOTS_KEPT + 1} must stay below "
+                f"stream.tracker_retention.min_age {_days(tr.min_age)}: a node's artefact could otherwise be "
+                "older than every record the trim keeps (ES-52)",
+            )
+        )
+    fleet = cfg.stream.type == "nats" or cfg.stream.replicas > 1
+    if fleet and has_data and cfg.retention.backup_floor == "engine" and not cfg.retention.backup_owner:
+        out.append(
+            Issue(
+                file,
+                "retention.backup_owner",
+                "missing",
+                "nobody is named for the backups that gate the trim (ES-49): set retention.backup_owner",
+                "warning",
+            )
+        )
     return out
 
 

@@ -5,7 +5,7 @@ Every call answers yes (a value), no (``None``/``False``/:class:`RevisionConflic
 """
 
 from ._base import Coordination, Entry
-from ._buckets import DUTY_CEILING, SLOTS, BucketSpec, Slot, bucket_specs, reconcile_interval
+from ._buckets import DUTY_CEILING, SLOTS, TRIM_HOLD_AGE, BucketSpec, Slot, bucket_specs, reconcile_interval
 from ._errors import (
     BucketMismatch,
     CoordinationError,
@@ -19,6 +19,7 @@ from ._provision import provision
 
 __all__ = [
     "DUTY_CEILING",
+    "TRIM_HOLD_AGE",
     "SLOTS",
     "BucketMismatch",
     "BucketSpec",

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-__all__ = ["DUTY_CEILING", "SLOTS", "BucketSpec", "Slot", "bucket_specs", "reconcile_interval"]
+__all__ = [
+    "DUTY_CEILING",
+    "SLOTS",
+    "TRIM_HOLD_AGE",
+    "BucketSpec",
+    "Slot",
+    "bucket_specs",
+    "reconcile_interval",
+]
 
 Slot = Literal[
     "leases",
@@ -32,8 +40,15 @@ Slot = Literal[
     "secrets",
     "revisions",
     "wakes",
+    "positions",
+    "trim_floors",
+    "trim_holds",
+    "backups",
 ]
 SLOTS: tuple[Slot, ...] = Slot.__args__  # type: ignore[attr-defined]
+
+TRIM_HOLD_AGE = timedelta(minutes=3)
+"""Age of the ``trim_holds`` bucket: a hold not re-put within this lapses (holders re-put every 30 s)."""
 
 DUTY_CEILING = timedelta(hours=3)
 """The longest duty TTL (``skill-curator``); the duties bucket's age (FL-34, FL-92)."""
@@ -95,5 +110,11 @@ def bucket_specs(prefix: str, *, lease_ttl: timedelta) -> dict[Slot, BucketSpec]
         ("revisions", None, "company revision history, sealed bodies with their origin (CO-4; ours)"),
         # CO-41's window (6 comment wakes per seat and item per hour) is this bucket's age (FL-34)
         ("wakes", timedelta(hours=1), "comment wakes per seat and item in the last hour (CO-41; ours)"),
+        # ES-23: each data node's applied position per log, re-put every 10 s
+        ("positions", None, "per-log applied position, lag and snapshot of every data node (ES-23, ES-54)"),
+        ("trim_floors", None, "per-log trim floor and its terms; never lowered within a generation (ES-48)"),
+        # ES-81/ES-57: a hold is re-put while its backup or join runs; a holder that dies lets it lapse
+        ("trim_holds", TRIM_HOLD_AGE, "live trim holds of backups and joining nodes (ES-47, ES-57, ES-81)"),
+        ("backups", None, "per-node newest verified backup and what it reaches per log (ES-82)"),
     ]
     return {slot: BucketSpec(slot, f"{prefix}_{slot}", age, holds) for slot, age, holds in table}

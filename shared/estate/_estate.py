@@ -114,6 +114,8 @@ async def open_estate(
     retry_budget: float = 30.0,
     heartbeat: float = 10.0,
     floor_wait: float = 2.0,
+    wal_limit: int = 64 << 20,
+    checkpoint_interval: float = 30.0,
 ) -> Estate:
     """Open this data node's estate and start applying.
 
@@ -127,6 +129,8 @@ async def open_estate(
         retry_budget: Seconds of failing applies before a copy faults (ES-20).
         heartbeat: Seconds between position reports (ES-23).
         floor_wait: Seconds a call waits for the asker's floors before ``behind`` (ES-37: 2).
+        wal_limit: The estate WAL's ``journal_size_limit`` in bytes (``retention.wal_limit_bytes``).
+        checkpoint_interval: Seconds between TRUNCATE checkpoints of the WAL (``retention.checkpoint_interval``).
 
     Returns:
         The open estate; appliers are running (they may still be catching up: see :meth:`Estate.wait_level`).
@@ -136,7 +140,8 @@ async def open_estate(
         Refused: the log streams could not be created or read (``broker_unreachable``).
     """
     started = time.monotonic()
-    store = await EstateStore.open(store_dir / "estate.db")
+    store = await EstateStore.open(store_dir / "estate.db", wal_limit=wal_limit)
+    store.start_checkpoints(checkpoint_interval)
     appliers: dict[str, Applier] = {}
     try:
         log = StateLog(js, replicas=replicas)

@@ -6,6 +6,15 @@ overridden by an engine event), so no commit slips between an applier's read and
 writers queue in order. Reads run on a small pool of reader connections, each in a deferred
 transaction: a consistent snapshot of committed rows (WAL readers never block the writer).
 
+Bounded storage (issue 11): every connection sets ``journal_size_limit`` (``retention.wal_limit_bytes``,
+64 MiB), and :meth:`EstateStore.start_checkpoints` runs ``PRAGMA wal_checkpoint(TRUNCATE)`` on the
+writer thread every ``retention.checkpoint_interval`` seconds (30). SQLite's own passive
+auto-checkpoint cannot reset the WAL while some reader is always inside it (checkpoint
+starvation: the file then only grows); a TRUNCATE checkpoint waits (the busy timeout) for the short
+read transactions in flight to end, copies every frame back and cuts the file to zero. Writers queue
+behind it on the one writer thread; readers go on. :meth:`EstateStore.sizes` reports the file and
+WAL sizes for the metrics and ``crewlet retention status``.
+
 The file is exclusive to its process: an ``flock`` on ``estate.db.lock`` refuses a second opener.
 A writer that cannot take the lock within ``busy_timeout`` seconds logs ``store_tx_retry`` naming
 the knob and rejoins the queue.
@@ -44,7 +53,7 @@ _log = logs.get("statelog")
 _DIGEST_SKIP = {"statelog_checkpoint"}
 
 
-def _engine(path: Path, *, pool: int, immediate: bool, busy_timeout: float) -> Engine:
+def _engine(path: Path, *, pool: int, immediate: bool, busy_timeout: float, wal_limit: int) -> Engine:
     engine = create_engine(
         f"sqlite:///{path}",
         connect_args={"check_same_thread": False, "timeout": busy_timeout},
@@ -61,6 +70,7 @@ def _engine(path: Path, *, pool: int, immediate: bool, busy_timeout: float) -> E
             "PRAGMA synchronous=NORMAL"
         )  # a lost tail replays from the log: the checkpoint is in the rows
         cur.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cur.execute(f"PRAGMA journal_size_limit={int(wal_limit)}")  # a reset WAL shrinks to this
         cur.close()
 
     @event.listens_for(engine, "begin")
@@ -130,9 +140,14 @@ class EstateStore:
     Use :meth:`open` to build one; it creates the schema, or upgrades an older file's.
     """
 
-    def __init__(self, path: Path, *, readers: int = 4, busy_timeout: float = 5.0) -> None:
+    def __init__(
+        self, path: Path, *, readers: int = 4, busy_timeout: float = 5.0, wal_limit: int = 64 << 20
+    ) -> None:
         self.path = path
         self._busy = busy_timeout
+        self._wal_limit = wal_limit
+        self._checkpoints: asyncio.Task[None] | None = None
+        self.wal_peak = 0
         self._lock_fd: int | None = None
         self._writer_pool = ThreadPoolExecutor(1, thread_name_prefix="estate-writer")
         self._reader_pool = ThreadPoolExecutor(readers, thread_name_prefix="estate-reader")
@@ -141,15 +156,20 @@ class EstateStore:
         self._readers = readers
 
     @classmethod
-    async def open(cls, path: Path, *, readers: int = 4, busy_timeout: float = 5.0) -> EstateStore:
+    async def open(
+        cls, path: Path, *, readers: int = 4, busy_timeout: float = 5.0, wal_limit: int = 64 << 20
+    ) -> EstateStore:
         """Open (creating when absent) the estate file and its schema.
 
         A file from an earlier build gains this build's columns and indexes (:func:`upgrade`).
 
+        Args:
+            wal_limit: ``journal_size_limit`` in bytes (``retention.wal_limit_bytes``).
+
         Raises:
             StoreFailed: another process holds the file, or SQLite could not open it.
         """
-        store = cls(path, readers=readers, busy_timeout=busy_timeout)
+        store = cls(path, readers=readers, busy_timeout=busy_timeout, wal_limit=wal_limit)
         await asyncio.get_running_loop().run_in_executor(store._writer_pool, store._open_sync)
         return store
 
@@ -165,8 +185,16 @@ class EstateStore:
             ) from None
         self._lock_fd = fd
         try:
-            self._writer = _engine(self.path, pool=1, immediate=True, busy_timeout=self._busy)
-            self._reader = _engine(self.path, pool=self._readers, immediate=False, busy_timeout=self._busy)
+            self._writer = _engine(
+                self.path, pool=1, immediate=True, busy_timeout=self._busy, wal_limit=self._wal_limit
+            )
+            self._reader = _engine(
+                self.path,
+                pool=self._readers,
+                immediate=False,
+                busy_timeout=self._busy,
+                wal_limit=self._wal_limit,
+            )
             with self._writer.begin() as conn:
                 EstateModel.metadata.create_all(conn)
                 upgrade(conn)
@@ -248,8 +276,80 @@ class EstateStore:
 
         return await self.read(q)
 
+    def sizes(self) -> dict[str, int]:
+        """Return ``{"store_bytes", "wal_bytes", "wal_peak_bytes"}`` of the estate file (0 when absent)."""
+
+        def size(p: Path) -> int:
+            try:
+                return p.stat().st_size
+            except OSError:
+                return 0
+
+        wal = size(Path(str(self.path) + "-wal"))
+        self.wal_peak = max(self.wal_peak, wal)
+        return {"store_bytes": size(self.path), "wal_bytes": wal, "wal_peak_bytes": self.wal_peak}
+
+    def _checkpoint_sync(self) -> tuple[int, int, int]:
+        assert self._writer is not None
+        raw = self._writer.raw_connection()  # autocommit: a checkpoint cannot run inside BEGIN
+        try:
+            cur = raw.cursor()
+            row = cur.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            cur.close()
+        finally:
+            raw.close()
+        return (int(row[0]), int(row[1]), int(row[2])) if row is not None else (0, 0, 0)
+
+    async def wal_checkpoint(self) -> dict[str, int]:
+        """Checkpoint the WAL into the file and truncate it (``PRAGMA wal_checkpoint(TRUNCATE)``).
+
+        Runs on the writer thread, so no write is in flight; waits up to the busy timeout for
+        readers to leave the WAL.
+
+        Returns:
+            ``{"busy": 0|1, "wal_frames", "checkpointed_frames", "wal_bytes_before", "wal_bytes_after"}``;
+            ``busy`` 1 means a reader kept it from finishing (the next one tries again).
+
+        Raises:
+            StoreFailed: SQLite failed.
+        """
+        before = self.sizes()["wal_bytes"]
+        try:
+            busy, frames, done = await asyncio.get_running_loop().run_in_executor(
+                self._writer_pool, self._checkpoint_sync
+            )
+        except OperationalError as e:
+            raise StoreFailed(f"estate checkpoint failed: {e.orig}") from None
+        return {
+            "busy": busy,
+            "wal_frames": frames,
+            "checkpointed_frames": done,
+            "wal_bytes_before": before,
+            "wal_bytes_after": self.sizes()["wal_bytes"],
+        }
+
+    def start_checkpoints(self, interval: float) -> None:
+        """Checkpoint the WAL every ``interval`` seconds until :meth:`close` (see the module docstring)."""
+
+        async def loop() -> None:
+            while self._writer is not None:
+                await asyncio.sleep(interval)
+                try:
+                    out = await self.wal_checkpoint()
+                except StoreFailed as e:
+                    _log.warning("store_wal_checkpoint_failed", error=str(e))
+                    continue
+                if out["busy"]:
+                    _log.info("store_wal_checkpoint_busy", **out)
+
+        if self._checkpoints is None:
+            self._checkpoints = asyncio.create_task(loop(), name="estate-wal-checkpoint")
+
     def close(self) -> None:
         """Dispose the engines, stop the threads and release the file lock (idempotent)."""
+        if self._checkpoints is not None:
+            self._checkpoints.cancel()
+            self._checkpoints = None
         for engine in (self._writer, self._reader):
             if engine is not None:
                 engine.dispose()
