@@ -18,6 +18,7 @@ from . import _sql as sql
 from ._applier import ApplyOutcome
 from ._decide import DecideCtx, Decision, anchor_of, derived_id
 from ._errors import InvalidField, NotFound, TooLarge, VersionConflict
+from ._gates import apply_gate
 from ._ids import object_subject, search_bucket
 from ._record import Record
 from ._schema import T_CONTAINERS, T_PAGE_REVISIONS, T_PAGES, Container, Page
@@ -306,6 +307,8 @@ def apply_pages(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     Raises:
         ValueError: an unknown kind (retried, then faulted: ES-20).
     """
+    if rec.kind == "gate":  # ES-51: evictions and readmissions are on every counted log
+        return ApplyOutcome(*apply_gate(conn, rec, seq))
     if rec.kind == "page_write":
         return _page_write(conn, rec)
     if rec.kind == "space_upsert":

@@ -24,6 +24,7 @@ from sqlalchemy import Connection
 from . import _sql as sql
 from ._applier import ApplyOutcome
 from ._errors import InvalidField, NotFound, VersionConflict
+from ._gates import apply_gate
 from ._ids import search_bucket
 from ._record import Record
 from ._schema import T_BODY_REVISIONS, T_COMMENTS, T_FILES, T_HISTORY, T_PROJECTS, T_TASKS, T_WATCHERS
@@ -320,6 +321,8 @@ def apply_tracker(conn: Connection, rec: Record, seq: int) -> ApplyOutcome:
     Raises:
         ValueError: an unknown kind (the applier then retries and, past its budget, faults: ES-20).
     """
+    if rec.kind == "gate":  # ES-51: evictions and readmissions are on every counted log
+        return ApplyOutcome(*apply_gate(conn, rec, seq))
     fn = _KINDS.get(rec.kind)
     if fn is None:
         raise ValueError(f"unknown tracker record kind {rec.kind!r}")
