@@ -37,6 +37,7 @@ from . import (  # noqa: E402
     fig8_webhooks,
     fig9_memory,
     fig10_config,
+    fig11_estate_life,
 )
 from ._ctx import Ctx  # noqa: E402
 from ._result import Row, failed, render_table, write_json  # noqa: E402
@@ -52,6 +53,7 @@ FIGURES: dict[str, tuple[str, Callable[[Ctx], list[Row]]]] = {
     "8": ("signed webhook ingest", fig8_webhooks.run),
     "9": ("memory of idle seats", fig9_memory.run),
     "10": ("config activation until applied", fig10_config.run),
+    "11": ("estate catch-up and snapshots", fig11_estate_life.run),
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

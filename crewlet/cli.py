@@ -14,6 +14,8 @@ Commands:
 - ``crewlet secrets set|list|get|unset|keygen|rekey``: the secret store (FL-151, CO-40;
   :mod:`crewlet.secrets_cli`).
 - ``crewlet knowledge import DIR``: publish Markdown pages (:mod:`crewlet.knowledge_cli`).
+- ``crewlet backup --dir PATH``, ``crewlet backup list|restore-objects``: backups (ES-81..ES-84;
+  :mod:`crewlet.backup_cli`).
 
 Every refusal is printed as lines naming the file and the path inside it; no command prints a
 traceback for bad input.
@@ -41,7 +43,7 @@ from shared.config import (
     read_yaml_mapping,
 )
 
-from . import config_cli, fleet_status, knowledge_cli, secrets_cli
+from . import backup_cli, config_cli, fleet_status, gate_cli, knowledge_cli, retention_cli, secrets_cli
 
 __all__ = ["app", "main"]
 
@@ -51,9 +53,24 @@ app.add_typer(fleet_app, name="fleet")
 app.add_typer(knowledge_cli.app, name="knowledge")
 app.add_typer(secrets_cli.app, name="secrets")
 app.add_typer(config_cli.app, name="config")
+app.add_typer(backup_cli.app, name="backup")
+app.add_typer(retention_cli.app, name="retention")
+retention_cli.app.command("verify")(backup_cli.verify_command)
+retention_cli.app.command("evict")(gate_cli.evict_cmd)
+retention_cli.app.command("readmit")(gate_cli.readmit_cmd)
 
 EXIT_INVALID = 2
-_NODE_KEYS = {"node", "stream", "coordination", "store", "api", "telemetry", "logging"}
+_NODE_KEYS = {
+    "node",
+    "stream",
+    "coordination",
+    "store",
+    "api",
+    "telemetry",
+    "logging",
+    "secrets",
+    "retention",
+}
 _COMPANY_KEYS = {"name", "units", "providers", "roles", "mission", "integrations"}
 
 

@@ -47,6 +47,10 @@ def service(ctx: NodeContext) -> RoleService:
             positions_bucket=f"{ctx.cfg.coordination.bucket_prefix}_positions",
             wal_limit=ctx.cfg.retention.wal_limit_bytes,
             checkpoint_interval=ctx.cfg.retention.checkpoint_interval,
+            nc=ctx.link.nc,
+            snapshot_dir=ctx.cfg.snapshot_dir,
+            snapshot_interval=ctx.cfg.stream.tracker_retention.snapshot_interval,
+            coord=ctx.coord,
         )
 
         def on_write(op: str, call: estate.Call, answer: dict[str, Any]) -> None:
@@ -66,6 +70,15 @@ def service(ctx: NodeContext) -> RoleService:
             est.service.fence_check = fence_check
         held["estate"] = est
         ctx.extras["estate"] = est
+        est.service.coord = coord  # the write fence reads the published trim floors (ES-50)
+        sweeper = estate.LedgerSweeper(est.store, ledger_days=ctx.cfg.retention.ledger_days)  # ES-8, ES-85
+        sweeper.start()
+        held["sweeper"] = sweeper
+        age = estate.BackupAgeWatch(  # ES-82/ES-92 backup_age, on the heartbeat's alarms
+            ctx.node_id, ctx.cfg.store_dir, ctx.cfg.retention.backup_max_age, est.beat.alarms
+        )
+        age.start()
+        held["backup_age"] = age
         server = RpcServer(ctx.link.nc, node_id=ctx.node_id, handler=est.service.serve)
         await server.start()
         held["server"] = server
@@ -84,6 +97,12 @@ def service(ctx: NodeContext) -> RoleService:
             await server.stop()
 
     async def stop(ctx: NodeContext) -> None:
+        sweeper = held.pop("sweeper", None)
+        if sweeper is not None:
+            await sweeper.stop()
+        age = held.pop("backup_age", None)
+        if age is not None:
+            await age.stop()
         est = held.pop("estate", None)
         ctx.extras.pop("estate", None)
         if est is not None:

@@ -15,13 +15,16 @@ from shared.bus import Bus, Envelope
 from shared.runtime import NodeContext, RoleService, api_error
 
 from .api.routes import (
+    backup,
     config,
+    estate,
     events,
     files,
     fleet,
     github,
     knowledge,
     messages,
+    retention,
     secrets,
     turns,
     webhooks,
@@ -53,5 +56,8 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(knowledge.router(ctx))
     api.include_router(files.router(ctx))
     api.include_router(events.router(ctx))
+    api.include_router(backup.router(ctx))
+    api.include_router(estate.router(ctx))
     api.include_router(secrets.router(ctx))
+    api.include_router(retention.router(ctx))
     return RoleService(name="ingress", router=api)

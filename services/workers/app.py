@@ -7,7 +7,10 @@ every duty). Duties built:
 - ``scheduler``: evaluates every schedule of the org and fires what is due (CO-33), every
   ``scheduling.tick_seconds`` (10 s);
 - ``maintenance``: node-local retention on the holder (turn records older than 30 days, FL-99),
-  every 5 minutes.
+  every 5 minutes;
+- ``retention``: the trim of the tracker and pages logs (ES-47, ES-48), every ``retention.trim_tick``
+  (15 min): publish each log's floor to ``trim_floors``, then purge below it
+  (:mod:`services.workers.retention`).
 
 Drain: each loop finishes its current tick, then its duty is given back, so a peer takes it on its
 next tick instead of after the TTL (FL-95). The fleet-role check (FL-20) is not a duty here: every
@@ -24,9 +27,11 @@ from typing import Any
 
 from shared import logs, records
 from shared.bus import Bus, BusUnavailable, Envelope
+from shared.estate._gates import evicted_since, eviction_grace
 from shared.leases import Duties
 from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
 
+from .retention import Retention, RetentionSettings
 from .scheduler import Fire, Scheduler
 
 __all__ = ["MAINTENANCE_INTERVAL", "TURN_RETENTION", "service"]
@@ -101,6 +106,28 @@ def service(ctx: NodeContext) -> RoleService:
                 if pruned:
                     _log.info("maintenance_pruned", table="turns", rows=pruned)
 
+        retention: Retention | None = None
+        if ctx.link is not None:
+            retention = Retention(
+                ctx.coord, ctx.link.js, node_id=ctx.node_id, settings=RetentionSettings.from_config(ctx.cfg)
+            )
+            ctx.extras["retention"] = retention
+
+            async def evicted(domain: str, now_us: int) -> list[str]:
+                # ES-47: a node evicted more than a minute ago stops counting (gates: the local copy)
+                est = ctx.extras.get("estate")
+                if est is None:
+                    return []
+                since = await est.store.read(evicted_since)
+                grace = int(eviction_grace() * 1_000_000)
+                return [n for n, at in since.get(domain, {}).items() if now_us - at >= grace]
+
+            retention.evicted = evicted
+
+        async def retention_tick() -> None:
+            if retention is not None:
+                await retention.tick()
+
         def tick_seconds() -> float:
             return float(ctx.org.company.scheduling.tick_seconds) if ctx.org is not None else 10.0
 
@@ -111,6 +138,10 @@ def service(ctx: NodeContext) -> RoleService:
             asyncio.create_task(
                 loop(duties, "maintenance", lambda: MAINTENANCE_INTERVAL, maintenance_tick),
                 name="duty-maintenance",
+            ),
+            asyncio.create_task(
+                loop(duties, "retention", lambda: float(ctx.cfg.retention.trim_tick), retention_tick),
+                name="duty-retention",
             ),
         ]
 

@@ -6,6 +6,7 @@ package knows nothing of the router.
 """
 
 from ._applier import Applier, ApplyOutcome, CopyState
+from ._backup import BackupAgeWatch, BackupFailed, take_backup
 from ._decide import DecideCtx, Decision, Rules
 from ._errors import (
     RETRY_HERE,
@@ -48,6 +49,8 @@ from ._record import Record
 from ._seed import company_seed
 from ._service import EstateService
 from ._store import EstateStore
+from ._sweep import LedgerSweeper, record_watermark, sweep_ledger
+from ._trim import TERMS, TrimConclusion, conclude
 
 __all__ = [
     "BUCKETS",
@@ -63,6 +66,8 @@ __all__ = [
     "Answer",
     "Applier",
     "ApplyOutcome",
+    "BackupAgeWatch",
+    "BackupFailed",
     "Call",
     "CopyState",
     "DecideCtx",
@@ -75,6 +80,7 @@ __all__ = [
     "EstateStore",
     "EstateUsageError",
     "EventLog",
+    "LedgerSweeper",
     "Fenced",
     "InvalidField",
     "NotFound",
@@ -87,19 +93,25 @@ __all__ = [
     "Rules",
     "StateLog",
     "StoreFailed",
+    "TERMS",
     "TooLarge",
+    "TrimConclusion",
     "VersionConflict",
     "WrongStream",
     "company_seed",
+    "conclude",
     "derive_op_id",
     "from_wire",
     "mint_op_id",
     "object_key_for",
     "object_subject",
     "op_id_instant",
+    "record_watermark",
     "open_estate",
     "rules_from_company",
     "search_bucket",
+    "sweep_ledger",
+    "take_backup",
     "to_wire",
     "validate_op_id",
     "validate_path",

@@ -165,8 +165,46 @@ class Applier:
         self.behind_since: float | None = None
         self.fault: Callable[[], None] | None = None
         self.on_drained: Callable[[], None] | None = None
+        self.refusing = ""
+        """Why the copy answers nothing although the applier did not fault (ES-57/58): ``below_floor``
+        (its next record is gone from the log: it must adopt a snapshot), ``adopting`` (an install is
+        in progress) or ``estate_lost`` (the file could not be reopened); empty otherwise."""
+        self.on_below: Callable[[], None] | None = None
+        self.evicted = False
+        """True while this copy's own node stands evicted on this log (ES-40, ES-51): set by the
+        position heartbeat from the applied gate records; readmission clears it."""
+        """Called once when a fetch shows the log's first record beyond this copy's next (ES-58)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    async def prime(self) -> None:
+        """Read the checkpoint into :attr:`applied` without starting (a boot that may adopt first)."""
+        cp = await self._store.checkpoint(self.domain)
+        self.applied = cp.seq if cp is not None else 0
+        self.log_last = max(self.log_last, self.applied)
+
+    def reset(self) -> None:
+        """Forget the in-memory state of a stopped applier (after an install: ES-57, ES-58).
+
+        :meth:`start` then resumes from the new file's checkpoint; the consumer is rebuilt with drift
+        ``behind_checkpoint`` (ES-17).
+        """
+        self._stopping = False
+        self._task = None
+        self._sub = None
+        self._running.set()
+        self.applied = 0
+        self.log_last = 0
+        self.drained = False
+        self.faulted = False
+        self.halted = ""
+        self.moved_at = time.monotonic()
+        self.behind_since = None
+
+    @property
+    def running(self) -> bool:
+        """True while the apply loop runs."""
+        return self._task is not None and not self._task.done()
 
     async def start(self) -> None:
         """Resume from the checkpoint (ES-17) and start applying.
@@ -260,8 +298,9 @@ class Applier:
         return max(0, self.log_last - self.applied)
 
     def copy_state(self) -> CopyState:
-        """``serving``, ``lagging`` (ES-39) or ``out_of_service`` (ES-40: faulted or halted)."""
-        if self.faulted or self.halted:
+        """``serving``, ``lagging`` (ES-39) or ``out_of_service`` (ES-40: faulted or halted; ES-57/58:
+        :attr:`refusing`)."""
+        if self.faulted or self.halted or self.refusing or self.evicted:
             return "out_of_service"
         if not self.drained or self.lag > LAGGING_RECORDS:
             return "lagging"
@@ -269,7 +308,7 @@ class Applier:
 
     def stalled(self) -> bool:
         """True when faulted, halted, or still for a minute with records waiting (ES-29 ``stalled``)."""
-        if self.faulted or self.halted:
+        if self.faulted or self.halted or self.refusing:
             return True
         return self.lag > 0 and time.monotonic() - self.moved_at > 60.0
 
@@ -356,12 +395,16 @@ class Applier:
     async def _apply_msgs(self, msgs: list[Msg]) -> None:
         items: list[tuple[Record, int, int]] = []
         last = msgs[-1]
+        expect = self.applied + 1
         for m in msgs:
             md = m.metadata
             seq = int(md.sequence.stream)
             self.log_last = max(self.log_last, seq + int(md.num_pending or 0))
             if seq <= self.applied:
                 continue  # a redelivery of something the checkpoint covers
+            if seq > expect and not items and await self._below_log():
+                return
+            expect = seq + 1
             try:
                 rec = Record.decode(m.data)
             except (ValueError, KeyError, TypeError) as e:
@@ -379,6 +422,28 @@ class Applier:
             await last.ack()
         if self.lag == 0:
             self._level()
+
+    async def _below_log(self) -> bool:
+        """True (and the loop stops, refusing ``below_floor``) when the log's first record is past our next."""
+        try:
+            info = await self._js.stream_info(self.stream)
+        except (TimeoutError, nats.js.errors.APIError, nats.errors.Error):
+            return False
+        first = int(info.state.first_seq)
+        if first <= self.applied + 1:
+            return False
+        self.refusing = "below_floor"
+        self._stopping = True
+        _log.warning(
+            "statelog_below_log",
+            domain=self.domain,
+            stream=self.stream,
+            checkpoint=self.applied,
+            first_seq=first,
+        )
+        if self.on_below is not None:
+            self.on_below()
+        return True
 
     def _halt(self, reason: str, seq: int) -> None:
         if not self.halted:

@@ -1,4 +1,5 @@
-"""Opening one data node's estate: file, logs, appliers, service, heartbeat (ES-1, ES-4, ES-16, ES-23).
+"""Opening one data node's estate: file, logs, appliers, service, heartbeat, snapshots and catch-up
+(ES-1, ES-4, ES-16, ES-23, ES-53..ES-58).
 
 :func:`open_estate` is what the data role calls at start; :meth:`Estate.close` at stop. A node
 without the data role never calls it (ES-2): it opens no estate file and reaches the estate through
@@ -12,11 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from shared import logs
 
 from ._applier import Applier
+from ._catchup import OFFER_WINDOW, CatchUp, SnapshotDonor
 from ._decide import Rules
 from ._ids import DOMAINS
 from ._log import StateLog
@@ -24,6 +27,7 @@ from ._pages import apply_pages
 from ._positions import PositionBeat
 from ._seed import company_seed
 from ._service import EstateService
+from ._snapshot import RETRY_AFTER, SnapshotKeeper
 from ._store import EstateStore
 from ._tracker_apply import apply_tracker
 
@@ -56,6 +60,10 @@ class Estate:
         appliers: Domain → applier.
         service: The callable copy (the router's local handler).
         beat: The position heartbeat.
+        snapshots: The snapshot keeper (ES-53: ``.latest() -> manifest | None``, ``.skip_reason``), or
+            None when no ``snapshot_dir`` was given.
+        catchup: The below-the-log handling (ES-57, ES-58): ``.adopted``, ``.lost``.
+        donor: The snapshot donor (ES-56), or None without a connection or keeper.
     """
 
     def __init__(
@@ -65,12 +73,18 @@ class Estate:
         appliers: dict[str, Applier],
         service: EstateService,
         beat: PositionBeat,
+        snapshots: SnapshotKeeper | None = None,
+        catchup: CatchUp | None = None,
+        donor: SnapshotDonor | None = None,
     ) -> None:
         self.store = store
         self.log = log
         self.appliers = appliers
         self.service = service
         self.beat = beat
+        self.snapshots = snapshots
+        self.catchup = catchup
+        self.donor = donor
 
     async def wait_level(self, timeout: float) -> bool:
         """Wait until every applier has reached its log's end once; False after ``timeout`` seconds."""
@@ -97,7 +111,13 @@ class Estate:
         return out
 
     async def close(self) -> None:
-        """Stop the heartbeat and the appliers (each finishes its batch), then close the file."""
+        """Stop catch-up, snapshots and the heartbeat, the appliers (each finishes its batch), then close."""
+        if self.catchup is not None:
+            await self.catchup.stop()
+        if self.donor is not None:
+            await self.donor.stop()
+        if self.snapshots is not None:
+            await self.snapshots.stop()
         await self.beat.stop()
         await asyncio.gather(*(a.stop() for a in self.appliers.values()))
         self.store.close()
@@ -116,6 +136,13 @@ async def open_estate(
     floor_wait: float = 2.0,
     wal_limit: int = 64 << 20,
     checkpoint_interval: float = 30.0,
+    nc: Client | None = None,
+    snapshot_dir: Path | None = None,
+    snapshot_interval: float = 86_400.0,
+    snapshot_retry: float = RETRY_AFTER,
+    coord: Any = None,
+    offer_window: float = OFFER_WINDOW,
+    catchup_retry: float = 5.0,
 ) -> Estate:
     """Open this data node's estate and start applying.
 
@@ -131,9 +158,20 @@ async def open_estate(
         floor_wait: Seconds a call waits for the asker's floors before ``behind`` (ES-37: 2).
         wal_limit: The estate WAL's ``journal_size_limit`` in bytes (``retention.wal_limit_bytes``).
         checkpoint_interval: Seconds between TRUNCATE checkpoints of the WAL (``retention.checkpoint_interval``).
+        nc: The node's connection (``ctx.link.nc``): donating and asking for snapshots (ES-56). None: a
+            copy below its log stays out of service (nobody to ask).
+        snapshot_dir: ``store.snapshot_dir``; None takes no snapshots (and donates none). Fetched
+            artefacts land there too (default ``<store_dir>/snapshots``).
+        snapshot_interval: Seconds: at most one snapshot per interval (ES-53, default 24 h).
+        snapshot_retry: Seconds before a declined snapshot is tried again (ES-54: 30).
+        coord: A Coordination for the ``trim_holds`` join hold (ES-57), or None.
+        offer_window: Seconds a joiner collects snapshot offers (ES-56: 5).
+        catchup_retry: First ask-again interval of a copy below its log with no donor (doubles to 5 min).
 
     Returns:
-        The open estate; appliers are running (they may still be catching up: see :meth:`Estate.wait_level`).
+        The open estate; appliers are running (they may still be catching up: see
+        :meth:`Estate.wait_level`). A copy found below its log at boot adopts a peer's snapshot first
+        (ES-57); with no donor its applier is not started and it refuses ``below_floor``.
 
     Raises:
         StoreFailed: the estate file is held by another process or unreadable.
@@ -143,6 +181,9 @@ async def open_estate(
     store = await EstateStore.open(store_dir / "estate.db", wal_limit=wal_limit)
     store.start_checkpoints(checkpoint_interval)
     appliers: dict[str, Applier] = {}
+    keeper: SnapshotKeeper | None = None
+    donor: SnapshotDonor | None = None
+    catchup: CatchUp | None = None
     try:
         log = StateLog(js, replicas=replicas)
         facts = await log.provision()
@@ -168,8 +209,33 @@ async def open_estate(
 
             a.on_drained = built
             appliers[domain] = a
+        if snapshot_dir is not None:
+            keeper = SnapshotKeeper(
+                node_id=node_id,
+                store=store,
+                appliers=appliers,
+                snapshot_dir=snapshot_dir,
+                interval=snapshot_interval,
+                retry=snapshot_retry,
+            )
+        catchup = CatchUp(
+            nc=nc,
+            node_id=node_id,
+            store=store,
+            log=log,
+            appliers=appliers,
+            snapshot_dir=snapshot_dir or store_dir / "snapshots",
+            keeper=keeper,
+            coord=coord,
+            offer_window=offer_window,
+            retry_first=catchup_retry,
+        )
         for a in appliers.values():
-            await a.start()
+            a.on_below = catchup.trigger
+        await catchup.boot()  # ES-57: before any applier applies
+        for a in appliers.values():
+            if not a.running and not a.refusing:
+                await a.start()
         service = EstateService(
             node_id=node_id, store=store, log=log, appliers=appliers, rules=rules, floor_wait=floor_wait
         )
@@ -183,9 +249,24 @@ async def open_estate(
             replicas=replicas,
             interval=heartbeat,
         )
+        beat.on_heads = catchup.on_heads
+        if keeper is not None:
+            keeper.alarms = beat.alarms
+            keeper.on_taken = beat.beat
+            keeper._peers = beat.nodes
+            beat.snapshot_fields = keeper.fields
         await beat.start()
+        if keeper is not None:
+            keeper.start()
+            if nc is not None:
+                donor = SnapshotDonor(nc, node_id=node_id, keeper=keeper)
+                await donor.start()
     except BaseException:
+        if catchup is not None:
+            await catchup.stop()
+        if keeper is not None:
+            await keeper.stop()
         await asyncio.gather(*(a.stop() for a in appliers.values()), return_exceptions=True)
         store.close()
         raise
-    return Estate(store, log, appliers, service, beat)
+    return Estate(store, log, appliers, service, beat, snapshots=keeper, catchup=catchup, donor=donor)

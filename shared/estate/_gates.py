@@ -23,6 +23,7 @@ a gesture with ``--op-id`` collapses on the ledger: each log holds exactly one r
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -38,6 +39,7 @@ from ._schema import EstateModel
 __all__ = [
     "ACTIONS",
     "EVICTION_GRACE",
+    "eviction_grace",
     "GateRow",
     "apply_gate",
     "evicted_since",
@@ -50,6 +52,17 @@ __all__ = [
 ACTIONS = ("evict", "readmit")
 EVICTION_GRACE = 60.0
 """Seconds after its eviction record lands before a node stops counting for the trim (ES-47)."""
+TEST_EVICTION_GRACE = 2.0
+"""The grace under ``CREWLET_RETENTION_TEST_TIMINGS=1`` (test fleets)."""
+
+
+def eviction_grace() -> float:
+    """Return the eviction grace in seconds: :data:`EVICTION_GRACE`, or 2 s under test timings."""
+    return (
+        TEST_EVICTION_GRACE if os.environ.get("CREWLET_RETENTION_TEST_TIMINGS", "") == "1" else EVICTION_GRACE
+    )
+
+
 _NODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -151,7 +164,8 @@ def gates_of(conn: Connection) -> dict[str, dict[str, dict[str, Any]]]:
     rows = sql.rows(
         conn, "SELECT domain, seq, node, action, op_id, at FROM statelog_gates ORDER BY domain, seq"
     )
-    for domain, seq, node, action, op_id, at in rows:
+    for row in rows:
+        domain, seq, node, action, op_id, at = tuple(row)
         out.setdefault(str(domain), {})[str(node)] = {
             "action": str(action),
             "seq": int(seq),

@@ -26,6 +26,7 @@ __all__ = [
     "Container",
     "EstateModel",
     "LedgerRow",
+    "LedgerWatermark",
     "Page",
     "PageRevision",
     "Project",
@@ -38,6 +39,7 @@ __all__ = [
     "T_FILES",
     "T_HISTORY",
     "T_LEDGER",
+    "T_LEDGER_WATERMARK",
     "T_PAGES",
     "T_PAGE_REVISIONS",
     "T_PROJECTS",
@@ -105,6 +107,23 @@ class LedgerRow(EstateModel, table=True):
     outcome: str = "applied"
     error: str = ""
     resolved_to: str = Field(default="", sa_column_kwargs={"server_default": ""})
+
+
+class LedgerWatermark(EstateModel, table=True):
+    """``statelog_ledger_watermark``: per domain, the instant below which ledger rows may be gone (ES-8).
+
+    ``cutoff_instant`` (unix µs) only rises; ``reason`` is ``sweep`` (rows applied before it were
+    deleted by the per-node sweep, ES-85) or ``join`` (the copy was adopted from a donor whose
+    snapshot lacked a ledger). Node-local, like the ledger rows the sweep removes: left out of
+    digest comparisons.
+
+    .. versionadded:: 0.1 issue 11.
+    """
+
+    __tablename__ = "statelog_ledger_watermark"
+    domain: str = Field(primary_key=True)
+    cutoff_instant: int = 0
+    reason: str = "sweep"
 
 
 class Project(EstateModel, table=True):
@@ -298,6 +317,7 @@ def _table(model: type[EstateModel]) -> Table:
 T_CHECKPOINT = _table(Checkpoint)
 T_ANCHOR = _table(Anchor)
 T_LEDGER = _table(LedgerRow)
+T_LEDGER_WATERMARK = _table(LedgerWatermark)
 T_PROJECTS = _table(Project)
 T_TASKS = _table(Task)
 T_BODY_REVISIONS = _table(TaskBodyRevision)

@@ -5,10 +5,22 @@ Before running anything it checks its copy: out of service (applier faulted or h
 ``ran_nothing: not_serving``; lagging (ES-39) → ``ran_nothing: lagging`` unless ``take_anyway``.
 Every call then waits up to 2 s for the asker's floors and ``min_position`` (ES-27, ES-37), else
 ``behind``. Reads are served at the level asked (ES-25) and report the level and lag actually served.
+
+The write fence (ES-50): before a write — and a read, which makes the same split — the copy's
+checkpoint must hold everything at or below ``max(floor, first_seq - 1)``, the published trim floor
+(``trim_floors`` ``<domain>``) and the log's first sequence. Both are read at most once per
+``floor_ttl`` (one heartbeat, 10 s) and re-read before any refusal. Short of it the call is refused
+``behind`` (retry here) when replay can still close it (``first_seq <= checkpoint + 1``, after
+waiting up to the floor wait for the applier) or ``below_floor`` (the router moves on) when only a
+snapshot can. A floor that cannot be read refuses writes ``floor_unknown`` (retry in 4 s) once the
+last reading is four heartbeats old (or there never was one), and then raises the ``floor_unknown``
+alarm (ES-92); until then, and for reads always, the last floor known stands (a copy's stale read
+needs no broker).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,8 +29,10 @@ from typing import Any
 from sqlalchemy import Connection
 
 from shared import logs
+from shared.coordination import Coordination, CoordinationUnavailable
 
 from . import _files, _pages, _pages_read, _tracker, _tracker_read
+from ._alarms import Alarms
 from ._applier import Applier
 from ._decide import DecideCtx, Decision, Rules, ViewFn
 from ._errors import EstateError, Fenced, InvalidField, OutcomeUnknown, Refused, to_wire
@@ -28,12 +42,18 @@ from ._protocol import OPS, Answer, Call, Status
 from ._store import EstateStore
 from ._writer import Writer
 
-__all__ = ["EstateService", "FLOOR_WAIT"]
+__all__ = ["EstateService", "FLOOR_TTL", "FLOOR_UNKNOWN_RETRY", "FLOOR_WAIT"]
 
 _log = logs.get("statelog")
 
 FLOOR_WAIT = 2.0
 """Seconds an answering node waits to have applied the asker's floors (ES-37)."""
+FLOOR_TTL = 10.0
+"""Seconds a read trim floor and log head are reused by the write fence (one heartbeat, ES-50)."""
+FLOOR_UNKNOWN_RETRY = 4.0
+"""Retry hint of ``floor_unknown`` (ES-29)."""
+_FLOOR_ALARM_AFTER = 4
+"""Heartbeats a floor stays unreadable before the ``floor_unknown`` alarm (ES-92)."""
 _LEVELS = ("linearizable", "session", "stale", "consistent_prefix")
 
 DecideFn = Callable[[Connection, DecideCtx, dict[str, Any]], Decision]
@@ -44,13 +64,31 @@ ReadFn = Callable[[Connection, dict[str, Any]], Any]
 class _Write:
     decide: DecideFn
     view: ViewFn
+    created: Callable[[Connection, str], bool] | None = None
+    """For a create whose object id derives from its op id: does that object's row exist (ES-8)."""
+
+
+def _row_exists(table: str) -> Callable[[Connection, str], bool]:
+    def exists(conn: Connection, object_id: str) -> bool:
+        return conn.exec_driver_sql(f"SELECT 1 FROM {table} WHERE id = ?", (object_id,)).first() is not None
+
+    return exists
+
+
+@dataclass
+class _FloorFacts:
+    floor: int = 0
+    first_seq: int = 0
+    read_at: float = 0.0
+    unread_since: float | None = None
+    known: bool = False
 
 
 def _writes() -> dict[str, _Write]:
     return {
-        "work.create": _Write(_tracker.decide_create, _tracker_read.task_view),
+        "work.create": _Write(_tracker.decide_create, _tracker_read.task_view, _row_exists("tasks")),
         "work.update": _Write(_tracker.decide_update, _tracker_read.task_view),
-        "work.comment": _Write(_tracker.decide_comment, _tracker_read.comment_view),
+        "work.comment": _Write(_tracker.decide_comment, _tracker_read.comment_view, _row_exists("comments")),
         "project.upsert": _Write(_tracker.decide_project, lambda c, i: {"id": i}),
         "files.put": _Write(_files.decide_file_put, _files.file_row_view),
         "pages.write": _Write(_pages.decide_page, _pages_read.page_view),
@@ -68,9 +106,15 @@ class EstateService:
         appliers: Domain → applier.
         rules: Company facts checked at decide time.
         floor_wait: Seconds to wait for floors (ES-37: 2).
+        coord: The coordination store, to read the published trim floors (``trim_floors``) for the
+            write fence (ES-50); None: no floor is known to be published (0), the log's first
+            sequence still fences.
+        floor_ttl: Seconds a read floor and log head are reused (one heartbeat: 10).
 
     Attributes:
         on_write: Called with ``(op, call, answer)`` after every write that ran (the event log hook).
+        coord: As the argument; the data role may set it after construction.
+        alarms: This copy's ``floor_unknown`` alarm (ES-92).
     """
 
     def __init__(
@@ -82,8 +126,14 @@ class EstateService:
         appliers: dict[str, Applier],
         rules: Rules | None = None,
         floor_wait: float = FLOOR_WAIT,
+        coord: Coordination | None = None,
+        floor_ttl: float = FLOOR_TTL,
     ) -> None:
         self.node_id = node_id
+        self.coord = coord
+        self.floor_ttl = floor_ttl
+        self.alarms = Alarms()
+        self._floors: dict[str, _FloorFacts] = {}
         self.store = store
         self.log = log
         self.appliers = appliers
@@ -123,7 +173,9 @@ class EstateService:
         if state == "out_of_service" and domain not in self._not_served_logged:
             self._not_served_logged.add(domain)
             _log.error(
-                "estate_partition_not_served", domain=domain, reason=self.appliers[domain].halted or "faulted"
+                "estate_partition_not_served",
+                domain=domain,
+                reason=self.appliers[domain].halted or self.appliers[domain].refusing or "faulted",
             )
         elif state != "out_of_service":
             self._not_served_logged.discard(domain)
@@ -186,6 +238,7 @@ class EstateService:
             if kind == "write":
                 assert domain is not None
                 await self._check_fence(call)
+                await self._check_floor(domain, write=True)
                 result = await self._write(call, domain)
             else:
                 result = await self._read(call, domain)
@@ -216,13 +269,116 @@ class EstateService:
                 node=self.node_id,
             )
 
+    # -- the write fence (ES-50) ---------------------------------------------------------------
+
+    async def _read_floor(self, domain: str) -> int:
+        """The published floor of ``domain`` in this generation (0 when none); raises when unreadable."""
+        if self.coord is None:
+            return 0
+        entry = await self.coord.get("trim_floors", domain)
+        if entry is None:
+            return 0
+        try:
+            row = json.loads(entry.value)
+        except (ValueError, UnicodeDecodeError):
+            raise CoordinationUnavailable(f"trim_floors {domain} is not a floor record") from None
+        if not isinstance(row, dict) or int(row.get("generation") or 0) != GENERATION:
+            return 0  # another generation's floor says nothing about this log
+        floor = row.get("floor")
+        if not isinstance(floor, int) or floor < 0:
+            raise CoordinationUnavailable(f"trim_floors {domain} names no floor")
+        return floor
+
+    async def _floor_facts(self, domain: str, *, fresh: bool) -> _FloorFacts:
+        """Return ``domain``'s floor and first sequence, re-read when older than ``floor_ttl``."""
+        facts = self._floors.setdefault(domain, _FloorFacts())
+        now = time.monotonic()
+        if facts.known and not fresh and now - facts.read_at < self.floor_ttl:
+            return facts
+        try:
+            floor = await self._read_floor(domain)
+            first, _last = await self.log.head(domain)
+        except (CoordinationUnavailable, Refused) as e:
+            if facts.unread_since is None:
+                facts.unread_since = now
+            unread = now - facts.unread_since
+            self.alarms.set(
+                "floor_unknown",
+                unread >= _FLOOR_ALARM_AFTER * self.floor_ttl,
+                domain=domain,
+                unread_seconds=round(unread, 1),
+                error=str(e),
+            )
+            raise Refused(
+                "floor_unknown",
+                f"the trim floor of {domain} cannot be read: {e}",
+                retry_after=FLOOR_UNKNOWN_RETRY,
+                node=self.node_id,
+            ) from None
+        facts.floor = max(facts.floor, floor)  # within a generation the floor never goes down
+        facts.first_seq = first
+        facts.read_at = now
+        facts.known = True
+        if facts.unread_since is not None:
+            facts.unread_since = None
+            self.alarms.set("floor_unknown", False, domain=domain)
+        return facts
+
+    async def _check_floor(self, domain: str, *, write: bool) -> None:
+        """Refuse a call this copy cannot decide or answer on: below the floor or the log (ES-50).
+
+        Raises:
+            Refused: ``below_floor`` (only a snapshot closes it), ``behind`` (replay closes it and
+                did not within the floor wait), ``floor_unknown`` (writes only: the floor is unread).
+        """
+        applier = self.appliers[domain]
+
+        def last_known(refusal: Refused) -> _FloorFacts:
+            # a read goes on from the last floor known; a write for four heartbeats after it
+            known = self._floors.get(domain)
+            if known is None or not known.known:
+                raise refusal
+            if write and time.monotonic() - known.read_at >= _FLOOR_ALARM_AFTER * self.floor_ttl:
+                raise refusal
+            return known
+
+        try:
+            facts = await self._floor_facts(domain, fresh=False)
+        except Refused as r:
+            facts = last_known(r)
+        if applier.applied >= max(facts.floor, facts.first_seq - 1):
+            return
+        try:
+            facts = await self._floor_facts(domain, fresh=True)  # never refuse on a stale reading
+        except Refused as r:
+            facts = last_known(r)
+        need = max(facts.floor, facts.first_seq - 1)
+        if applier.applied >= need:
+            return
+        if facts.first_seq > applier.applied + 1:
+            raise Refused(
+                "below_floor",
+                f"{self.node_id}'s {domain} copy is at {applier.applied}; {applier.stream} starts at "
+                f"{facts.first_seq} (trim floor {facts.floor}): the records between are gone, only a "
+                f"snapshot can close it",
+                node=self.node_id,
+            )
+        if await applier.wait_applied(need, self._floor_wait):
+            return
+        raise Refused(
+            "behind",
+            f"{self.node_id} has applied {applier.stream} to {applier.applied}, short of the trim floor {need}",
+            retry_after=1.0,
+            node=self.node_id,
+        )
+
     async def _write(self, call: Call, domain: str) -> dict[str, Any]:
         op_id = validate_op_id(call.op_id) if call.op_id else mint_op_id(call.op.replace(".", "-"))
         await self._wait_floor(domain, call)
         spec = self._writes[call.op]
         ctx = DecideCtx(op_id=op_id, writer=self.node_id, at=int(time.time() * 1_000_000), rules=self.rules)
         answer = await self.writer.write(
-            domain, op_id, lambda conn: spec.decide(conn, ctx, call.args), spec.view
+            domain, op_id, lambda conn: spec.decide(conn, ctx, call.args), spec.view, created=spec.created
         )
         if self.on_write is not None:
             try:
@@ -247,6 +403,7 @@ class EstateService:
                 "stalled", f"the {domain} applier on {self.node_id} is not moving", node=self.node_id
             )
         await self._wait_floor(domain, call)
+        await self._check_floor(domain, write=False)
         if level == "linearizable":
             seq = await self.log.barrier(domain, op_id=mint_op_id(f"barrier-{domain}"), writer=self.node_id)
             budget = max(0.5, min(10.0, call.deadline - time.time())) if call.deadline else 10.0

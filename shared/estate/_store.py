@@ -43,6 +43,7 @@ from sqlalchemy.exc import OperationalError
 
 from shared import logs
 
+from . import _gates  # noqa: F401  (registers statelog_gates on the estate's metadata)
 from ._errors import StoreFailed
 from ._schema import FTS_DDL, T_CHECKPOINT, Checkpoint, EstateModel
 
@@ -50,7 +51,7 @@ __all__ = ["EstateStore", "upgrade"]
 
 T = TypeVar("T")
 _log = logs.get("statelog")
-_DIGEST_SKIP = {"statelog_checkpoint"}
+_DIGEST_SKIP = {"statelog_checkpoint", "statelog_ledger_watermark"}  # the watermark is node-local (ES-8)
 
 
 def _engine(path: Path, *, pool: int, immediate: bool, busy_timeout: float, wal_limit: int) -> Engine:
@@ -154,6 +155,9 @@ class EstateStore:
         self._writer: Engine | None = None
         self._reader: Engine | None = None
         self._readers = readers
+        self._checkpoint_every: float | None = None
+        self.install_fault: Callable[[], None] | None = None
+        """Fault-injection seam (ES-58 tests): called before an install replaces the file; raising fails it."""
 
     @classmethod
     async def open(
@@ -184,27 +188,96 @@ class EstateStore:
                 f"{self.path} is held by another process; the estate file is exclusive (ES-3)"
             ) from None
         self._lock_fd = fd
+        self._engines_sync()
+
+    def _engines_sync(self) -> None:
+        writer = reader = None
         try:
-            self._writer = _engine(
+            writer = _engine(
                 self.path, pool=1, immediate=True, busy_timeout=self._busy, wal_limit=self._wal_limit
             )
-            self._reader = _engine(
+            reader = _engine(
                 self.path,
                 pool=self._readers,
                 immediate=False,
                 busy_timeout=self._busy,
                 wal_limit=self._wal_limit,
             )
-            with self._writer.begin() as conn:
+            with writer.begin() as conn:
                 EstateModel.metadata.create_all(conn)
                 upgrade(conn)
                 for ddl in FTS_DDL:
                     conn.exec_driver_sql(ddl)
-        except OperationalError as e:
-            raise StoreFailed(f"cannot open {self.path}: {e.orig}") from None
+        except Exception as e:  # noqa: BLE001 - any failure to open is the file's, named with it
+            for engine in (writer, reader):
+                if engine is not None:
+                    engine.dispose()
+            detail = e.orig if isinstance(e, OperationalError) else f"{type(e).__name__}: {e}"
+            raise StoreFailed(f"cannot open {self.path}: {detail}") from None
+        self._writer, self._reader = writer, reader
+
+    # -- install (ES-57, ES-58): swap the file under the process's lock ----------------------------
+
+    @property
+    def attached(self) -> bool:
+        """True while the file is open (False between :meth:`detach` and a successful :meth:`reattach`)."""
+        return self._writer is not None
+
+    def _detach_sync(self) -> None:
+        for engine in (self._writer, self._reader):
+            if engine is not None:
+                engine.dispose()
+        self._writer = self._reader = None
+
+    async def detach(self) -> None:
+        """Close the file's connections, keeping the process's exclusive lock (before an install).
+
+        Runs on the writer thread, so the write in hand finishes first; the WAL checkpoint loop stops
+        (:meth:`reattach` restarts it).
+        """
+        if self._checkpoints is not None:
+            self._checkpoints.cancel()
+            self._checkpoints = None
+        await asyncio.get_running_loop().run_in_executor(self._writer_pool, self._detach_sync)
+
+    def _install_sync(self, src: Path) -> None:
+        if self.install_fault is not None:
+            self.install_fault()
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(self.path) + suffix)
+        os.replace(src, self.path)
+        with contextlib.suppress(OSError):
+            dfd = os.open(str(self.path.parent), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+
+    async def install(self, src: Path) -> None:
+        """Replace the (detached) estate file with ``src`` wholesale and delete its ``-wal``/``-shm``.
+
+        Raises:
+            OSError: the file could not be replaced (``src`` is left where it was).
+            RuntimeError: the store is attached (call :meth:`detach` first).
+        """
+        if self.attached:
+            raise RuntimeError("install needs a detached store")
+        await asyncio.get_running_loop().run_in_executor(self._writer_pool, self._install_sync, src)
+
+    async def reattach(self) -> None:
+        """Open the (replaced) file again, run :func:`upgrade`, restart the WAL checkpoints.
+
+        Raises:
+            StoreFailed: SQLite could not open the file (the store stays detached).
+        """
+        await asyncio.get_running_loop().run_in_executor(self._writer_pool, self._engines_sync)
+        if self._checkpoint_every is not None:
+            self.start_checkpoints(self._checkpoint_every)
 
     def _write_sync(self, fn: Callable[[Connection], T]) -> T:
-        assert self._writer is not None
+        if self._writer is None:
+            raise StoreFailed(f"{self.path} is not open (being replaced, or lost)")
         while True:
             try:
                 with self._writer.begin() as conn:
@@ -216,7 +289,8 @@ class EstateStore:
                 raise StoreFailed(f"estate write failed: {e.orig}") from None
 
     def _read_sync(self, fn: Callable[[Connection], T]) -> T:
-        assert self._reader is not None
+        if self._reader is None:
+            raise StoreFailed(f"{self.path} is not open (being replaced, or lost)")
         try:
             with self._reader.begin() as conn:
                 return fn(conn)
@@ -290,7 +364,8 @@ class EstateStore:
         return {"store_bytes": size(self.path), "wal_bytes": wal, "wal_peak_bytes": self.wal_peak}
 
     def _checkpoint_sync(self) -> tuple[int, int, int]:
-        assert self._writer is not None
+        if self._writer is None:
+            raise StoreFailed(f"{self.path} is not open")
         raw = self._writer.raw_connection()  # autocommit: a checkpoint cannot run inside BEGIN
         try:
             cur = raw.cursor()
@@ -342,6 +417,7 @@ class EstateStore:
                 if out["busy"]:
                     _log.info("store_wal_checkpoint_busy", **out)
 
+        self._checkpoint_every = interval
         if self._checkpoints is None:
             self._checkpoints = asyncio.create_task(loop(), name="estate-wal-checkpoint")
 

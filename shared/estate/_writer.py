@@ -12,6 +12,14 @@ A create that names an ``external`` basis an item already holds answers outcome 
 that item (CO-35): from the decision when this copy already holds the item (nothing is appended),
 else from the ledger, where the apply — in log order, the same on every copy — recorded the fold
 (:class:`~shared.estate.ApplyOutcome` ``resolved_to``).
+
+The ledger horizon (ES-8): a node sweeps ledger rows older than ``retention.ledger_days`` and keeps
+the cutoff in ``statelog_ledger_watermark`` (:mod:`shared.estate._sweep`). A write whose op id was
+minted before that cutoff and has no ledger row cannot be vouched for — it may have landed and been
+swept — so it is answered ``unknown`` with nothing published, logging ``statelog_write_unvouched``
+(``minted_at``, ``refusal``). A create is the exception: its object id derives from the op id, so
+when that row exists the answer is ``applied`` with it. Timeless derived ids (instant 0: the
+company seeds, idempotent upserts) are not subject to it.
 """
 
 from __future__ import annotations
@@ -29,15 +37,19 @@ from shared import logs
 from ._applier import Applier
 from ._decide import Decision, ViewFn
 from ._errors import EstateError, OpReused, OutcomeUnknown, Refused, from_wire
-from ._ids import GENERATION, Position
+from ._ids import GENERATION, Position, op_id_instant
 from ._log import AppendConflict, AppendUnanswered, StateLog
-from ._schema import T_LEDGER
+from ._schema import T_LEDGER, T_LEDGER_WATERMARK
 from ._store import EstateStore
 
 __all__ = ["OWN_RECORD_WAIT", "Writer"]
 
 _LEDGER_ROW = select(T_LEDGER).where(
     T_LEDGER.c.domain == bindparam("domain"), T_LEDGER.c.op_id == bindparam("op_id")
+)
+
+_WATERMARK = select(T_LEDGER_WATERMARK.c.cutoff_instant).where(
+    T_LEDGER_WATERMARK.c.domain == bindparam("domain")
 )
 
 _log = logs.get("statelog")
@@ -91,7 +103,13 @@ class Writer:
         return out
 
     async def write(
-        self, domain: str, op_id: str, decide: Callable[[Connection], Decision], view: ViewFn
+        self,
+        domain: str,
+        op_id: str,
+        decide: Callable[[Connection], Decision],
+        view: ViewFn,
+        *,
+        created: Callable[[Connection, str], bool] | None = None,
     ) -> dict[str, Any]:
         """Run one write to its answer.
 
@@ -100,6 +118,8 @@ class Writer:
             op_id: The operation id (already validated).
             decide: Reads the snapshot and returns the decision (raising on bad input).
             view: Reads the answer's object back from the rows.
+            created: For a create whose object id derives from the op id: whether that object's
+                row exists (ES-8's exception for an op minted before the ledger watermark).
 
         Returns:
             ``{"outcome": "applied"|"existing"|"pending", "op_id", "position": {...},
@@ -110,7 +130,9 @@ class Writer:
             EstateUsageError: the call is wrong (ledger refusals included: ``op_reused``, conflicts).
             Refused: ``behind`` (own last write not applied within 5 s), ``no_quorum``,
                 ``broker_unreachable``, ``log_full`` — nothing was stored.
-            OutcomeUnknown: an append went unanswered and could not be resolved in the budget.
+            OutcomeUnknown: an append went unanswered and could not be resolved in the budget, or
+                the op was minted before the ledger watermark and has no row (ES-8: nothing is
+                published).
         """
         applier = self._appliers[domain]
         start = time.monotonic()
@@ -127,11 +149,15 @@ class Writer:
         unanswered = False
         backoff = 0.25
         while True:
-            led, decision, err = await self._store.read(
+            led, decision, err, cutoff = await self._store.read(
                 lambda conn: self._snapshot(conn, domain, op_id, decide)
             )
             if led is not None:
                 return await self._from_ledger(domain, op_id, led, decision, view)
+            if not unanswered and op_id_instant(op_id) * 1000 < cutoff:
+                vouched = await self._unvouched(domain, op_id, decision, view, created)
+                if vouched is not None:
+                    return vouched
             if err is not None:
                 raise err
             assert decision is not None
@@ -199,6 +225,55 @@ class Writer:
             "subject head; retry with the same op_id",
         )
 
+    async def _unvouched(
+        self,
+        domain: str,
+        op_id: str,
+        decision: Decision | None,
+        view: ViewFn,
+        created: Callable[[Connection, str], bool] | None,
+    ) -> dict[str, Any] | None:
+        """ES-8: answer an op minted before the ledger watermark that has no ledger row.
+
+        Returns:
+            None when the op is younger than the watermark (or timeless, or there is none): decide
+            as usual. The ``applied`` answer of a create whose derived object exists.
+
+        Raises:
+            OutcomeUnknown: the op cannot be vouched for; nothing is published.
+        """
+        minted = op_id_instant(op_id) * 1000  # unix µs
+        if minted <= 0:
+            return None
+
+        def read(conn: Connection) -> tuple[int, bool, dict[str, Any] | None]:
+            cutoff = int(conn.execute(_WATERMARK, {"domain": domain}).scalar() or 0)
+            if minted >= cutoff or decision is None or created is None:
+                return cutoff, False, None
+            oid = decision.object_id
+            if not created(conn, oid):
+                return cutoff, False, None
+            return cutoff, True, view(conn, oid)
+
+        cutoff, found, obj = await self._store.read(read)
+        if minted >= cutoff:
+            return None
+        if found:
+            return self._answer(domain, "applied", op_id, self._appliers[domain].applied, obj)
+        _log.warning(
+            "statelog_write_unvouched",
+            domain=domain,
+            op_id=op_id,
+            minted_at=minted,
+            watermark=cutoff,
+            refusal="unknown",
+        )
+        raise OutcomeUnknown(
+            op_id,
+            f"minted before this node's ledger watermark ({cutoff} µs) and not in its ledger: it may have "
+            f"landed and been swept; nothing was published",
+        )
+
     @staticmethod
     def _landed(conn: Connection, domain: str, op_id: str, view: ViewFn) -> tuple[Any, dict[str, Any] | None]:
         led = conn.execute(_LEDGER_ROW, {"domain": domain, "op_id": op_id}).first()
@@ -209,14 +284,15 @@ class Writer:
     @staticmethod
     def _snapshot(
         conn: Connection, domain: str, op_id: str, decide: Callable[[Connection], Decision] | None
-    ) -> tuple[Any, Decision | None, EstateError | None]:
+    ) -> tuple[Any, Decision | None, EstateError | None, int]:
         led = conn.execute(_LEDGER_ROW, {"domain": domain, "op_id": op_id}).first()
+        cutoff = int(conn.execute(_WATERMARK, {"domain": domain}).scalar() or 0) if led is None else 0
         if decide is None:
-            return led, None, None
+            return led, None, None, cutoff
         try:
-            return led, decide(conn), None
+            return led, decide(conn), None, cutoff
         except EstateError as e:
-            return led, None, e
+            return led, None, e, cutoff
 
     async def _from_ledger(
         self, domain: str, op_id: str, led: Any, decision: Decision | None, view: ViewFn

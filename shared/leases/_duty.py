@@ -37,6 +37,7 @@ __all__ = ["DUTY_TTLS", "Duties", "DutyTTLTooLong"]
 DUTY_TTLS: dict[str, timedelta] = {
     "scheduler": timedelta(seconds=30),
     "maintenance": timedelta(minutes=45),
+    "retention": timedelta(minutes=45),  # ES-48: worker:retention
     "skill-curator": timedelta(hours=3),
 }
 """The duty TTLs of FL-92; other duties use the lease TTL (ours)."""

@@ -24,6 +24,7 @@ NAMED = (
     "statelog_apply_recovered",
     "statelog_applier_stopped",
     "statelog_publish_unknown",
+    "statelog_write_unvouched",
     "jetstream_domain_consumer_rebuilt",
     "jetstream_stream_slow",
     "estate_partition_not_served",

@@ -1,0 +1,377 @@
+"""``crewlet backup``: take a backup through a data node, restore its objects, prove it restores (ES-81..ES-84).
+
+- ``crewlet backup --dir PATH [--url URL] [--token T]``: ``POST /backup?dir=PATH`` on the node at
+  ``--url`` (``CREWLET_URL``, default ``http://127.0.0.1:8080``; token ``CREWLET_API_TOKEN``, grant
+  ``fleet:operate``). ``PATH`` is a directory *on that node's host*, absent or empty. Prints what the
+  manifest says. Exit 0 on success; 1 when the node cannot be reached or failed (5xx); 2 for a
+  refusal (non-empty or relative directory, ...), the node's error printed.
+- ``crewlet backup list``: the ``backups`` slot through ``GET /backups`` (one line per node).
+- ``crewlet backup restore-objects --dir D --node F``: step 3 of the restore runbook (README.md,
+  "Restore from a backup"). Talks to no crewlet node: it opens the object store the node file ``F``
+  configures (``store.objects``: the NATS bucket through ``stream.url``, starting the node's embedded
+  broker when ``stream.type: embedded`` — run it while that node is stopped — or the S3 bucket) and
+  uploads every object the manifest names. Before anything is written it checks that every named
+  object is in ``D/objects/`` with the manifest's size and SHA-256; one missing or mismatching refuses
+  the whole restore (exit 1, naming each). Objects already in the store with the same digest are
+  skipped. Exit 0 with the counts.
+- :func:`verify_command` (mounted by ``crewlet retention verify --restore --dir DIR [--cadence 30d]``,
+  ES-83) and :func:`verify_restore`: talk to no node; see :func:`verify_restore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sqlite3
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import httpx
+import typer
+
+from shared.estate._backup import (
+    MANIFEST,
+    NODE_FILE,
+    REPLICATED_FILE,
+    copy_summary,
+    read_manifest,
+    sha256_file,
+)
+
+__all__ = ["DEFAULT_CADENCE", "app", "find_newest", "restore_objects", "verify_command", "verify_restore"]
+
+app = typer.Typer(
+    no_args_is_help=False,
+    invoke_without_command=True,
+    help="Take a backup on a data node (ES-81); restore-objects; list the announcements.",
+)
+Url = Annotated[str, typer.Option("--url", envvar="CREWLET_URL", help="A data node's base URL")]
+Token = Annotated[str, typer.Option("--token", envvar="CREWLET_API_TOKEN", help="API token")]
+DEFAULT_URL = "http://127.0.0.1:8080"
+DEFAULT_CADENCE = "30d"
+"""ES-83: ``verify --restore`` fails on a newest backup older than this."""
+BACKUP_TIMEOUT = 3600.0
+"""Seconds ``crewlet backup`` waits for the node to answer (a large estate copies for a while)."""
+
+
+def _fail(line: str, code: int = 2) -> NoReturn:
+    typer.echo(line, err=True)
+    raise typer.Exit(code)
+
+
+def _call(
+    method: str, url: str, token: str, path: str, *, timeout: float = 30.0, **kw: Any
+) -> httpx.Response:
+    if not token:
+        _fail("no API token: set CREWLET_API_TOKEN or pass --token")
+    try:
+        with httpx.Client(base_url=url.rstrip("/"), timeout=timeout) as client:
+            r = client.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kw)
+    except httpx.HTTPError as e:
+        _fail(f"cannot reach {url}: {e}", 1)
+    if r.status_code < 400:
+        return r
+    try:
+        body = r.json()
+        error, detail = body.get("error", ""), body.get("detail", "")
+        if not isinstance(detail, str):
+            detail = json.dumps(detail)
+    except ValueError:
+        error, detail = "", r.text
+    _fail(f"{url} answered {r.status_code} {error}: {detail}", 1 if r.status_code >= 500 else 2)
+
+
+def _when(micros: int) -> str:
+    return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+@app.callback()
+def backup(
+    ctx: typer.Context,
+    dir: Annotated[  # noqa: A002 - the spec's option name
+        str | None, typer.Option("--dir", help="Absolute, empty directory on the node's host")
+    ] = None,
+    url: Url = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Ask one data node to write a backup into DIR on its own host (ES-81)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not dir:
+        _fail("give --dir PATH: an absolute, empty directory on the node's host")
+    r = _call("POST", url, token, "/backup", params={"dir": dir}, timeout=BACKUP_TIMEOUT)
+    m = r.json()
+    typer.echo(
+        f"backup of {m['node']} written to {dir} at {_when(m['taken_at'])} ({m['duration_seconds']} s)"
+    )
+    for name, f in m["files"].items():
+        typer.echo(f"  {name}: {f['size']} bytes, {f['tables']} tables, sha256 {f['sha256']}")
+    typer.echo(f"  objects: {m['objects']['count']} ({m['objects']['bytes']} bytes)")
+    for domain, p in m["positions"].items():
+        typer.echo(f"  {domain}: {p['stream']} generation {p['generation']} seq {p['seq']}")
+    typer.echo(f"  streams: {m['streams']['note']}")
+
+
+@app.command("list")
+def list_cmd(url: Url = DEFAULT_URL, token: Token = "") -> None:
+    """Print the ``backups`` slot: each node's newest announced backup (ES-82)."""
+    rows = _call("GET", url, token, "/backups").json()["backups"]
+    if not rows:
+        typer.echo("no backup announced")
+    for b in rows:
+        pos = ", ".join(f"{d} {p['seq']}@{p['generation']}" for d, p in (b.get("positions") or {}).items())
+        typer.echo(f"{b.get('node')}: {_when(int(b.get('taken_at', 0)))} {b.get('dir')} [{pos}]")
+
+
+# -- restore-objects -------------------------------------------------------------------------------
+
+
+def _check_objects(d: Path, manifest: dict[str, Any]) -> list[str]:
+    problems = []
+    for o in manifest.get("objects", {}).get("items", []):
+        path = d / o["file"]
+        if not path.is_file():
+            problems.append(f"object {o['key']} (file {o.get('named_by', '?')}) is missing: no {path}")
+            continue
+        size = path.stat().st_size
+        sha = sha256_file(path)
+        if size != o["size"] or sha != o["sha256"]:
+            problems.append(
+                f"object {o['key']} at {path} is {size} bytes sha256 {sha}; the manifest says "
+                f"{o['size']} bytes sha256 {o['sha256']}"
+            )
+    return problems
+
+
+async def restore_objects(d: Path, node_file: Path) -> dict[str, int]:
+    """Upload every object the manifest in ``d`` names into the store ``node_file`` configures (ES-84).
+
+    Args:
+        d: A backup directory (holding ``manifest.json`` and ``objects/``).
+        node_file: A node file (Tier A) whose ``store.objects`` and ``stream`` name the store.
+
+    Returns:
+        ``{"uploaded": n, "present": n}`` (objects already there with the same digest are skipped).
+
+    Raises:
+        ValueError: no manifest (debris), or an object named in the manifest is missing or differs
+            in the artefact (the message names each); raised before anything is written.
+        shared.objects.ObjectsError / shared.broker.BrokerError: the store could not be reached.
+    """
+    from shared import broker, objects
+    from shared.config import load_node_file
+
+    manifest = read_manifest(d)
+    if manifest is None:
+        raise ValueError(f"{d} holds no {MANIFEST}: it is debris, not a backup")
+    problems = _check_objects(d, manifest)
+    if problems:
+        raise ValueError("refused before anything was written:\n  " + "\n  ".join(problems))
+    cfg, _warnings = load_node_file(str(node_file))
+    link = await broker.open_broker(cfg) if cfg.store.objects.type == "nats" else None
+    store = None
+    counts = {"uploaded": 0, "present": 0}
+    try:
+        store = await objects.open_object_store(cfg, link)
+        for o in manifest.get("objects", {}).get("items", []):
+            head = await store.head(o["key"])
+            if head is not None and head.sha256 == o["sha256"] and head.size == o["size"]:
+                counts["present"] += 1
+                continue
+            path = d / o["file"]
+
+            async def pieces(p: Path = path) -> Any:
+                with p.open("rb") as f:
+                    while piece := f.read(1 << 20):
+                        yield piece
+
+            info = await store.put(o["key"], pieces())
+            if info.sha256 and info.sha256 != o["sha256"]:
+                raise ValueError(
+                    f"object {o['key']} stored with sha256 {info.sha256}, expected {o['sha256']}"
+                )
+            counts["uploaded"] += 1
+    finally:
+        if store is not None:
+            await store.close()
+        if link is not None:
+            await link.close()
+    return counts
+
+
+@app.command("restore-objects")
+def restore_objects_cmd(
+    dir: Annotated[Path, typer.Option("--dir", help="The backup directory (with manifest.json)")],  # noqa: A002
+    node: Annotated[Path, typer.Option("--node", "--config", help="A node file naming the object store")],
+) -> None:
+    """Copy a backup's objects back into the configured object store (restore runbook, ES-84)."""
+    from shared.errors import ServiceError
+
+    if not dir.is_dir():
+        _fail(f"{dir} is not a directory")
+    try:
+        counts = asyncio.run(restore_objects(dir, node))
+    except ValueError as e:
+        _fail(f"{dir}: {e}", 1)
+    except ServiceError as e:
+        _fail(f"the object store could not be reached: {e}", 1)
+    typer.echo(
+        f"objects restored from {dir}: {counts['uploaded']} uploaded, {counts['present']} already present"
+    )
+
+
+# -- verify --restore ------------------------------------------------------------------------------
+
+
+def find_newest(root: Path) -> tuple[Path | None, list[Path]]:
+    """Return the newest artefact under ``root`` (``root`` itself may be one) and the debris seen.
+
+    An artefact is a directory holding a readable ``manifest.json`` with ``taken_at``; newest by
+    ``taken_at``. Debris: a directory holding ``store.db`` or ``store-replicated.db`` but no readable
+    manifest (an unfinished or failed backup).
+    """
+    best: tuple[int, Path] | None = None
+    debris: list[Path] = []
+    candidates = [root, *sorted(p for p in root.rglob("*") if p.is_dir())]
+    for d in candidates:
+        m = read_manifest(d)
+        if m is not None and isinstance(m.get("taken_at"), int):
+            if best is None or m["taken_at"] > best[0]:
+                best = (m["taken_at"], d)
+        elif (d / NODE_FILE).exists() or (d / REPLICATED_FILE).exists():
+            debris.append(d)
+    return (best[1] if best else None), debris
+
+
+def verify_restore(dir: Path, cadence_seconds: float) -> int:  # noqa: A002 - the spec's option name
+    """Prove the newest backup under ``dir`` restores (ES-83); talks to no node.
+
+    Restores the newest artefact (see :func:`find_newest`) into a scratch directory, checks both files'
+    SHA-256 and size against the manifest, opens each (``PRAGMA integrity_check``, table count), reads
+    the estate copy's positions and compares them with the manifest's, and checks every object the
+    manifest names (present in ``objects/`` with its SHA-256). Prints when and by whom it was taken,
+    each store copy with its size and table count, and every domain's stream, generation and sequence.
+
+    Args:
+        dir: A backup directory or a directory holding backups.
+        cadence_seconds: The newest backup may be at most this old (ES-83 default 30 days).
+
+    Returns:
+        The exit code: 0 verified and within the cadence; 1 no manifest under ``dir`` (debris only),
+        a manifest naming no domain position, a SHA-256/size/integrity/position mismatch, a missing
+        object, or older than the cadence; 2 ``dir`` is not a directory.
+    """
+    if not dir.is_dir():
+        typer.echo(f"{dir} is not a directory", err=True)
+        return 2
+    newest, debris = find_newest(dir)
+    for d in debris:
+        typer.echo(f"debris (no manifest): {d}", err=True)
+    if newest is None:
+        typer.echo(
+            f"no backup under {dir}: no manifest.json found (a directory without one is debris)", err=True
+        )
+        return 1
+    m = read_manifest(newest)
+    assert m is not None
+    problems: list[str] = []
+    age = max(0.0, time.time() - m["taken_at"] / 1_000_000)
+    typer.echo(f"backup {newest}")
+    typer.echo(
+        f"  taken {_when(m['taken_at'])} ({_age(age)} ago) on node {m.get('node', '?')}, "
+        f"owner {m.get('owner') or '(unset)'}"
+    )
+    positions = m.get("positions") or {}
+    if not positions:
+        problems.append("the manifest names no domain position: it cannot be verified")
+    with tempfile.TemporaryDirectory(prefix="crewlet-verify-") as scratch:
+        for name in (NODE_FILE, REPLICATED_FILE):
+            want = (m.get("files") or {}).get(name)
+            src = newest / name
+            if want is None or not src.is_file():
+                problems.append(f"{name}: {'not in the manifest' if want is None else 'missing'}")
+                continue
+            dst = Path(scratch) / name
+            shutil.copyfile(src, dst)
+            sha, size = sha256_file(dst), dst.stat().st_size
+            if sha != want["sha256"] or size != want["size"]:
+                problems.append(
+                    f"{name}: {size} bytes sha256 {sha}; the manifest says {want['size']} bytes sha256 {want['sha256']}"
+                )
+                continue
+            try:
+                summary = copy_summary(dst)
+            except sqlite3.Error as e:
+                problems.append(f"{name}: does not open as SQLite: {e}")
+                continue
+            typer.echo(
+                f"  {name}: {size} bytes, {summary['tables']} tables, integrity {summary['integrity']}"
+            )
+            if summary["integrity"] != "ok":
+                problems.append(f"{name}: integrity_check says {summary['integrity']}")
+            if summary["tables"] != want.get("tables"):
+                problems.append(f"{name}: {summary['tables']} tables; the manifest says {want.get('tables')}")
+            if name == REPLICATED_FILE:
+                for domain, p in positions.items():
+                    got = summary["positions"].get(domain, {"seq": 0})
+                    if got.get("seq") != p.get("seq"):
+                        problems.append(
+                            f"{domain}: the copy's checkpoint is {got.get('seq')}; the manifest says {p.get('seq')}"
+                        )
+    for domain, p in positions.items():
+        typer.echo(f"  {domain}: {p.get('stream')} generation {p.get('generation')} seq {p.get('seq')}")
+    items = (m.get("objects") or {}).get("items", [])
+    problems += _check_objects(newest, m)
+    typer.echo(
+        f"  objects: {len(items)} named, {len(items) - len([p for p in problems if p.startswith('object ')])} verified"
+    )
+    if age > cadence_seconds:
+        problems.append(f"the newest backup is {_age(age)} old; the cadence is {_age(cadence_seconds)}")
+    for p in problems:
+        typer.echo(f"FAILED: {p}", err=True)
+    if problems:
+        return 1
+    typer.echo("verified: restorable")
+    return 0
+
+
+def verify_command(
+    restore: Annotated[
+        bool, typer.Option("--restore", help="Restore the newest backup into scratch and check it")
+    ] = False,
+    dir: Annotated[  # noqa: A002 - the spec's option name
+        Path, typer.Option("--dir", help="A backup directory or a directory of backups")
+    ] = Path("."),
+    cadence: Annotated[
+        str, typer.Option("--cadence", help="Fail past this age (30d, 24h, 90s)")
+    ] = DEFAULT_CADENCE,
+) -> None:
+    """Prove the newest backup under DIR restores; talks to no node (ES-83).
+
+    Typer-ready: mount as ``retention_app.command("verify")(verify_command)``. Exits with
+    :func:`verify_restore`'s code; 2 without ``--restore`` or for a malformed ``--cadence``.
+    """
+    from shared.config._retention import parse_duration
+
+    if not restore:
+        _fail("only `verify --restore` is offered: give --restore --dir DIR")
+    try:
+        seconds = parse_duration(cadence)
+    except ValueError as e:
+        _fail(f"--cadence: {e}")
+    raise typer.Exit(verify_restore(dir, seconds))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,205 @@
+"""The estate WAL stays bounded under writes with readers always inside it (issue 11; ES-59, ES-92).
+
+A real node process (one data node on a real nats-server) with ``retention.wal_limit_bytes`` 4 MiB
+and ``retention.checkpoint_interval`` 1 s takes 5 000 work-item writes (``POST /work``, 24 at a time)
+while reader loops keep hitting ``GET /work`` (listing and text filter) and ``GET /knowledge/search``,
+so some read transaction is nearly always open: SQLite's own passive auto-checkpoint is starved and
+without the engine's periodic ``wal_checkpoint(TRUNCATE)`` the WAL only grows.
+
+The WAL (``<store.dir>/estate.db-wal``) is sampled every 20 ms: before the writes, its peak, and
+after the writes once a checkpoint ran. The bound asserted is :data:`WAL_BOUND` = :data:`WAL_LIMIT`
++ :data:`INTERVAL_ALLOWANCE` (4 MiB + 4 MiB): the ``journal_size_limit`` plus what the writes can
+add before the next checkpoint resets the file. The writes run at ~70/s here and each commits a
+handful of 4 KiB pages (task row, FTS index, ledger, history, checkpoint row), so one 1 s interval
+adds about 1-2 MiB; the allowance is twice that, for a checkpoint that waited out a reader and
+the transaction in flight. After the writes the WAL must be back under ``wal_limit``.
+
+Measured by hand on a 2-core machine (``CREWLET_TEST_WAL_INTERVAL=1h`` runs the same test with the
+checkpoint loop effectively off):
+
+- checkpoints every 1 s: before 0.37 MB, peak 4.2 MB, after 0.9 MB (passes);
+- checkpoints off: before 0.37 MB, peak 13.0 MB, after 7.6 MB and not shrinking (fails both the
+  peak bound and the after bound): SQLite's passive auto-checkpoint cannot reset a WAL some reader
+  is always inside.
+
+Also here: ``wal_large`` (ES-92) raised and cleared by :func:`observe_storage` with a lowered
+threshold, on a real estate file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.estate import EstateStore
+from shared.estate._alarms import Alarms, active_alarms
+from shared.estate._storage import observe_storage
+from tests.support.procs import REPO, TOKEN, NatsServer, Node, free_port, node_file
+
+H = {"Authorization": f"Bearer {TOKEN}"}
+WRITES = 5_000
+CONCURRENCY = 24
+READERS = 8
+"""Reader loops: enough that some read transaction is nearly always open."""
+WAL_LIMIT = 4 << 20
+"""``retention.wal_limit_bytes`` of the test node (4 MiB)."""
+INTERVAL_ALLOWANCE = 4 << 20
+"""What the writes may add to the WAL between checkpoints (see the module docstring)."""
+WAL_BOUND = WAL_LIMIT + INTERVAL_ALLOWANCE
+
+
+def _checkpoint_interval() -> str:
+    """``1s``; ``CREWLET_TEST_WAL_INTERVAL`` overrides it to check by hand that the bound bites."""
+    return os.environ.get("CREWLET_TEST_WAL_INTERVAL", "1s")
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    broker = NatsServer(tmp_path / "nats")
+    d = tmp_path / "w1"
+    port = free_port()
+    cfg = node_file(
+        d,
+        node_id="w1",
+        port=port,
+        stream={"type": "nats", "url": broker.url},
+        coordination={"type": "embedded-kv"},
+        retention={"wal_limit_bytes": WAL_LIMIT, "checkpoint_interval": _checkpoint_interval()},
+    )
+    n = Node(
+        ["node", "--node", str(cfg), "--company", str(REPO / "examples" / "company.yaml")], dir=d, port=port
+    )
+    try:
+        n.wait_ready(60)
+        yield n
+    finally:
+        n.stop()
+        broker.stop()
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+async def _load(url: str, wal: Path) -> dict[str, Any]:
+    """Write :data:`WRITES` items with readers running; sample the WAL throughout."""
+    samples: list[int] = []
+    done = asyncio.Event()
+    reads = {"work": 0, "search": 0, "failed": 0}
+    statuses: dict[int, int] = {}
+
+    async def sampler() -> None:
+        while not done.is_set():
+            samples.append(_size(wal))
+            await asyncio.sleep(0.02)
+
+    async def reader(client: httpx.AsyncClient, n: int) -> None:
+        i = 0
+        while not done.is_set():
+            i += 1
+            try:
+                if i % 3 == 0:
+                    r = await client.get("/knowledge/search", params={"q": "onboarding guide", "limit": 5})
+                    reads["search"] += 1
+                elif i % 3 == 1:
+                    r = await client.get(
+                        "/work", params={"project": "ENG", "limit": 100, "offset": (i * 7) % 400}
+                    )
+                    reads["work"] += 1
+                else:
+                    r = await client.get("/work", params={"text": f"item {(i + n) % 50}", "limit": 20})
+                    reads["work"] += 1
+                if r.status_code != 200:
+                    reads["failed"] += 1
+            except httpx.HTTPError:
+                reads["failed"] += 1
+
+    async with httpx.AsyncClient(base_url=url, headers=H, timeout=60.0) as client:
+        sem = asyncio.Semaphore(CONCURRENCY)
+
+        async def write(i: int) -> None:
+            async with sem:
+                body = {"project": "ENG", "title": f"item {i % 50} number {i}", "body": "x" * 400}
+                r = await client.post("/work", json=body)
+                statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+
+        tasks = [asyncio.create_task(sampler())]
+        tasks += [asyncio.create_task(reader(client, n)) for n in range(READERS)]
+        started = time.monotonic()
+        await asyncio.gather(*(write(i) for i in range(WRITES)))
+        elapsed = time.monotonic() - started
+        done.set()
+        await asyncio.gather(*tasks)
+    return {"samples": samples, "reads": reads, "statuses": statuses, "elapsed": elapsed}
+
+
+@pytest.mark.timeout(420)
+def test_wal_stays_bounded_under_writes_and_readers(node: Node) -> None:
+    wal = node.log_path.parent / "store" / "estate.db-wal"  # node_file's store.dir is <dir>/store
+    assert wal.parent.is_dir(), wal
+    before = _size(wal)
+    out = asyncio.run(_load(node.url, wal))
+    peak = max([before, *out["samples"]])
+    deadline = time.monotonic() + 30
+    after = _size(wal)
+    while after > WAL_LIMIT and time.monotonic() < deadline:  # the next checkpoint cuts it
+        time.sleep(0.2)
+        after = _size(wal)
+    print(
+        f"\nWAL bytes: before={before} peak={peak} after={after} bound={WAL_BOUND} "
+        f"(wal_limit={WAL_LIMIT}, checkpoint_interval={_checkpoint_interval()}); "
+        f"{WRITES} writes in {out['elapsed']:.1f} s ({WRITES / out['elapsed']:.0f}/s), "
+        f"statuses {out['statuses']}, reads {out['reads']}, samples {len(out['samples'])}"
+    )
+    assert out["statuses"].get(201) == WRITES, out["statuses"]
+    assert out["reads"]["work"] > 0 and out["reads"]["search"] > 0
+    assert out["reads"]["failed"] == 0, out["reads"]
+    assert peak < WAL_BOUND, f"WAL peaked at {peak} bytes, over the bound {WAL_BOUND}"
+    assert after <= WAL_LIMIT
+    metrics = httpx.get(node.url + "/metrics", timeout=10).text
+    assert "crewlet_estate_wal_bytes" in metrics and "crewlet_estate_store_bytes" in metrics
+    assert "crewlet_estate_wal_peak_bytes" in metrics
+
+
+def test_wal_large_raises_and_clears(tmp_path: Path) -> None:
+    """ES-92 ``wal_large``: raised while the WAL is over the threshold, cleared once a checkpoint cut it."""
+
+    async def run() -> None:
+        store = await EstateStore.open(tmp_path / "estate.db", wal_limit=1 << 20)
+        try:
+            await store.wal_checkpoint()  # the schema's own pages leave the WAL
+            alarms = Alarms()
+            sizes = observe_storage(store, alarms, wal_large_bytes=64 << 10)
+            assert sizes["store_bytes"] > 0
+            assert "wal_large" not in alarms.active
+
+            def fill(conn: Any) -> None:
+                conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t_fill (b BLOB)")
+                for _ in range(64):
+                    conn.exec_driver_sql("INSERT INTO t_fill VALUES (randomblob(4096))")
+
+            await store.write(fill)
+            sizes = observe_storage(store, alarms, wal_large_bytes=64 << 10)
+            assert sizes["wal_bytes"] > 64 << 10, sizes
+            assert "wal_large" in alarms.active
+            assert active_alarms()["wal_large"]["measurement"]["wal_bytes"] == sizes["wal_bytes"]
+            res = await store.wal_checkpoint()
+            assert res["busy"] == 0 and res["wal_bytes_after"] == 0, res
+            sizes = observe_storage(store, alarms, wal_large_bytes=64 << 10)
+            assert sizes["wal_bytes"] == 0
+            assert "wal_large" not in alarms.active
+            assert "wal_large" not in active_alarms()
+        finally:
+            store.close()
+
+    asyncio.run(run())
