@@ -27,9 +27,9 @@ run: install ## Start one node with the example company on the embedded broker, 
 	@$(BIN)/python -m crewlet.demo
 
 .PHONY: test
-test: install ## Run the whole test suite (real nats-server, real node processes)
+test: install ## Run the whole test suite (real nats-server, real node processes; two workers, a module each)
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider $(ARGS)
 
 .PHONY: bench-quick
 bench-quick: install ## Every benchmark figure at its smallest size, no timing asserted (CI runs it after make test)

@@ -43,6 +43,7 @@ from shared.estate._trim import (
     TrimConclusion,
     conclude,
     counted_positions,
+    decode_record,
     read_age_floor,
     read_backup_floor,
     read_min_hold,
@@ -107,14 +108,6 @@ class FloorPublish:
     error: str = ""
 
 
-def _decode(raw: bytes) -> dict[str, Any] | None:
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 async def publish_floor(
     coord: Coordination,
     domain: str,
@@ -146,7 +139,7 @@ async def publish_floor(
             entry = await coord.get("trim_floors", domain)
         except CoordinationUnavailable as e:
             return FloorPublish(False, 0, record, f"trim_floors unreadable: {e}")
-        old = _decode(entry.value) if entry is not None else None
+        old = decode_record(entry.value) if entry is not None else None
         old_floor = 0
         if old is not None and int(old.get("generation") or 0) == GENERATION:
             f = old.get("floor")
@@ -178,7 +171,7 @@ async def publish_floor(
                 now = await coord.get("trim_floors", domain)
             except CoordinationUnavailable:
                 return FloorPublish(False, floor, record, f"publish unanswered: {e}")
-            if now is not None and _decode(now.value) == record:
+            if now is not None and decode_record(now.value) == record:
                 return FloorPublish(True, floor, record)
             return FloorPublish(False, floor, record, f"publish unanswered and not found: {e}")
         except CoordinationUnavailable as e:
@@ -330,7 +323,7 @@ class Retention:
         """Refresh ``first_seq`` in the floor record after a purge (best effort: status display only)."""
         try:
             entry = await self._coord.get("trim_floors", domain)
-            row = _decode(entry.value) if entry is not None else None
+            row = decode_record(entry.value) if entry is not None else None
             if entry is None or row is None or int(row.get("first_seq") or 0) >= first_seq:
                 return
             row["first_seq"] = first_seq

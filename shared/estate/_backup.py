@@ -59,6 +59,7 @@ from shared import logs
 from ._alarms import Alarms
 from ._errors import Refused
 from ._ids import DOMAINS, GENERATION, STREAMS
+from ._snapshot import file_sha256
 
 __all__ = [
     "HOLD_INTERVAL",
@@ -127,13 +128,8 @@ class BackupFailed(Exception):
         super().__init__(f"{code}: {message}")
 
 
-def sha256_file(path: Path) -> str:
-    """Return the SHA-256 (lowercase hex) of the file at ``path``, read in 1 MiB pieces."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while piece := f.read(1 << 20):
-            h.update(piece)
-    return h.hexdigest()
+sha256_file = file_sha256
+"""Return the SHA-256 (lowercase hex) of the file at ``path`` (the snapshot's reader, shared)."""
 
 
 def object_file(key: str) -> str:

@@ -52,6 +52,7 @@ __all__ = [
     "TermValue",
     "TrimConclusion",
     "conclude",
+    "decode_record",
     "counted_positions",
     "read_age_floor",
     "read_backup_floor",
@@ -137,7 +138,8 @@ def conclude(terms: Mapping[str, TermValue]) -> TrimConclusion:
 # -- readings -------------------------------------------------------------------------------------
 
 
-def _decode(raw: bytes) -> dict[str, Any] | None:
+def decode_record(raw: bytes) -> dict[str, Any] | None:
+    """Return a coordination value as a JSON object, or None when it is not one."""
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
@@ -171,7 +173,7 @@ async def counted_positions(
     out: dict[str, dict[str, Any]] = {}
     gone = set(excluded)
     for e in await coord.entries("positions", f"{domain}."):
-        row = _decode(e.value)
+        row = decode_record(e.value)
         node = e.key[len(domain) + 1 :]
         if row is None or node in gone:
             continue
@@ -221,7 +223,7 @@ async def read_min_hold(coord: Coordination, domain: str) -> TermValue:
         return "unreadable"
     seqs: list[int] = []
     for e in entries:
-        row = _decode(e.value)
+        row = decode_record(e.value)
         seq = row.get("seq") if row is not None else None
         if not isinstance(seq, int) or seq < 0:
             return "unreadable"
@@ -257,7 +259,7 @@ async def read_backup_floor(
             entry = await coord.get("trim_floors", f"ack.{domain}")
             if entry is None:
                 return 0
-            row = _decode(entry.value)
+            row = decode_record(entry.value)
             seq = (row or {}).get("seq", (row or {}).get("position"))
             return int(seq) if isinstance(seq, int) and seq >= 0 else "unreadable"
         entries = await coord.entries("backups")
@@ -267,7 +269,7 @@ async def read_backup_floor(
     oldest = now - int(max_age * 1_000_000)
     best: tuple[int, int] | None = None  # (taken_at, seq)
     for e in entries:
-        row = _decode(e.value)
+        row = decode_record(e.value)
         if row is None or row.get("verified") is not True:
             continue
         taken = row.get("taken_at")

@@ -284,9 +284,14 @@ async def _read_chunks(
         raise _unavailable(e, f"opening {key!r} for reading") from None
 
     async def fetch() -> tuple[list[bytes], int]:
-        for _attempt in range(3):
+        for attempt in range(3):
             try:
                 msgs = await psub.fetch(READ_WINDOW, timeout=_FETCH_TIMEOUT)
+            except nats.js.errors.ServiceUnavailableError:
+                # a 503 on the first pulls of a just-made consumer (seen right after a fleet restart,
+                # while the bucket's stream settles): nothing was read yet, so asking again is safe
+                await asyncio.sleep(0.25 * (2**attempt))
+                continue
             except nats.errors.TimeoutError:
                 # nothing came: either every chunk is read (the object lost some) or the server is slow
                 info = await psub.consumer_info()

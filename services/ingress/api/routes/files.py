@@ -87,13 +87,19 @@ def router(ctx: NodeContext) -> APIRouter:
             row = (await est().get_file_row(key, path, version=version, min_position=min_position))["data"]
         except (estate.EstateError, RouterError) as e:
             raise estate_http_error(e) from None
+        first: bytes | None = None
         try:
             store = await object_store_of(ctx)
-            chunks = await store.get(str(row["object_key"]))
+            chunks = (await store.get(str(row["object_key"]))).__aiter__()
+            # the first chunk is read before the headers go out: a store that fails at once answers
+            # 503 naming it, rather than a 200 cut short after its headers
+            first = await anext(chunks, None)
         except objects.ObjectsError as e:
             raise _objects_error(e) from None
 
         async def body() -> AsyncIterator[bytes]:
+            if first is not None:
+                yield first
             async for chunk in chunks:
                 yield chunk
 
