@@ -13,7 +13,10 @@
   uploads every object the manifest names. Before anything is written it checks that every named
   object is in ``D/objects/`` with the manifest's size and SHA-256; one missing or mismatching refuses
   the whole restore (exit 1, naming each). Objects already in the store with the same digest are
-  skipped. Exit 0 with the counts.
+  skipped. Exit 0 with the counts. A corrupt ``manifest.json`` (empty, not JSON, a field of the wrong
+  type) is one line naming the file and the field, exit 1; a missing or invalid node file prints its
+  errors one per line (as ``crewlet validate`` does), exit 2. Only warnings and errors are logged
+  (the embedded broker's boot chatter is not printed).
 - :func:`verify_command` (mounted by ``crewlet retention verify --restore --dir DIR [--cadence 30d]``,
   ES-83) and :func:`verify_restore`: talk to no node; see :func:`verify_restore`.
 """
@@ -34,11 +37,14 @@ import httpx
 import typer
 
 from shared.estate._backup import (
+    FORMAT,
     MANIFEST,
     NODE_FILE,
     REPLICATED_FILE,
+    ManifestInvalid,
     copy_summary,
-    read_manifest,
+    load_manifest,
+    named_objects,
     sha256_file,
 )
 
@@ -54,12 +60,15 @@ Token = Annotated[str, typer.Option("--token", envvar="CREWLET_API_TOKEN", help=
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_CADENCE = "30d"
 """ES-83: ``verify --restore`` fails on a newest backup older than this."""
+FUTURE_SKEW = 300.0
+"""Seconds a manifest's ``taken_at`` may lie ahead of this host's clock before ``verify`` fails it."""
 BACKUP_TIMEOUT = 3600.0
 """Seconds ``crewlet backup`` waits for the node to answer (a large estate copies for a while)."""
 
 
 def _fail(line: str, code: int = 2) -> NoReturn:
-    typer.echo(line, err=True)
+    if line:
+        typer.echo(line, err=True)
     raise typer.Exit(code)
 
 
@@ -86,7 +95,10 @@ def _call(
 
 
 def _when(micros: int) -> str:
-    return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{micros} µs (not a representable date)"
 
 
 def _age(seconds: float) -> str:
@@ -138,8 +150,9 @@ def list_cmd(url: Url = DEFAULT_URL, token: Token = "") -> None:
 
 
 def _check_objects(d: Path, manifest: dict[str, Any]) -> list[str]:
+    """The problems of the objects a checked manifest (:func:`load_manifest`) names, one per object."""
     problems = []
-    for o in manifest.get("objects", {}).get("items", []):
+    for o in manifest["objects"]["items"]:
         path = d / o["file"]
         if not path.is_file():
             problems.append(f"object {o['key']} (file {o.get('named_by', '?')}) is missing: no {path}")
@@ -165,16 +178,22 @@ async def restore_objects(d: Path, node_file: Path) -> dict[str, int]:
         ``{"uploaded": n, "present": n}`` (objects already there with the same digest are skipped).
 
     Raises:
-        ValueError: no manifest (debris), or an object named in the manifest is missing or differs
-            in the artefact (the message names each); raised before anything is written.
+        ValueError: no manifest (debris), a corrupt one (:class:`ManifestInvalid`, naming the field),
+            one of another ``format``, or an object named in the manifest is missing or differs in
+            the artefact (the message names each); raised before anything is written.
+        shared.config.ConfigInvalid: ``node_file`` is missing or invalid (``issues`` lists each error).
         shared.objects.ObjectsError / shared.broker.BrokerError: the store could not be reached.
     """
     from shared import broker, objects
     from shared.config import load_node_file
 
-    manifest = read_manifest(d)
+    manifest = load_manifest(d)
     if manifest is None:
         raise ValueError(f"{d} holds no {MANIFEST}: it is debris, not a backup")
+    if manifest.get("format") != FORMAT:
+        raise ValueError(
+            f"{d / MANIFEST}: field format is {manifest.get('format')!r}; this build reads format {FORMAT}"
+        )
     problems = _check_objects(d, manifest)
     if problems:
         raise ValueError("refused before anything was written:\n  " + "\n  ".join(problems))
@@ -184,7 +203,7 @@ async def restore_objects(d: Path, node_file: Path) -> dict[str, int]:
     counts = {"uploaded": 0, "present": 0}
     try:
         store = await objects.open_object_store(cfg, link)
-        for o in manifest.get("objects", {}).get("items", []):
+        for o in manifest["objects"]["items"]:
             head = await store.head(o["key"])
             if head is not None and head.sha256 == o["sha256"] and head.size == o["size"]:
                 counts["present"] += 1
@@ -216,16 +235,27 @@ def restore_objects_cmd(
     node: Annotated[Path, typer.Option("--node", "--config", help="A node file naming the object store")],
 ) -> None:
     """Copy a backup's objects back into the configured object store (restore runbook, ES-84)."""
-    from shared.errors import ServiceError
+    from shared import logs
+    from shared.config import ConfigInvalid
+    from shared.errors import CrewletError, ServiceError
 
+    logs.configure(level="warn", fmt="console")  # no broker boot chatter on a command's output
     if not dir.is_dir():
         _fail(f"{dir} is not a directory")
     try:
         counts = asyncio.run(restore_objects(dir, node))
+    except ManifestInvalid as e:
+        _fail(str(e), 1)
+    except ConfigInvalid as e:
+        for issue in e.issues:
+            typer.echo(issue.line(), err=True)
+        _fail("" if e.issues else f"{node}: {e}")
     except ValueError as e:
         _fail(f"{dir}: {e}", 1)
     except ServiceError as e:
         _fail(f"the object store could not be reached: {e}", 1)
+    except CrewletError as e:
+        _fail(f"{type(e).__name__}: {e}", 1)
     typer.echo(
         f"objects restored from {dir}: {counts['uploaded']} uploaded, {counts['present']} already present"
     )
@@ -234,24 +264,72 @@ def restore_objects_cmd(
 # -- verify --restore ------------------------------------------------------------------------------
 
 
-def find_newest(root: Path) -> tuple[Path | None, list[Path]]:
-    """Return the newest artefact under ``root`` (``root`` itself may be one) and the debris seen.
+def find_newest(root: Path) -> tuple[Path | None, list[Path], list[ManifestInvalid]]:
+    """Return the newest artefact under ``root`` (``root`` itself may be one), the debris and the corrupt.
 
-    An artefact is a directory holding a readable ``manifest.json`` with ``taken_at``; newest by
-    ``taken_at``. Debris: a directory holding ``store.db`` or ``store-replicated.db`` but no readable
-    manifest (an unfinished or failed backup).
+    An artefact is a directory holding a ``manifest.json`` that :func:`load_manifest` accepts; newest
+    by ``taken_at``. Debris: a directory holding ``store.db`` or ``store-replicated.db`` but no
+    manifest (an unfinished or failed backup). Corrupt: a ``manifest.json`` that is there but does not
+    load (each error names the file and the field).
     """
     best: tuple[int, Path] | None = None
     debris: list[Path] = []
+    corrupt: list[ManifestInvalid] = []
     candidates = [root, *sorted(p for p in root.rglob("*") if p.is_dir())]
     for d in candidates:
-        m = read_manifest(d)
-        if m is not None and isinstance(m.get("taken_at"), int):
+        try:
+            m = load_manifest(d)
+        except ManifestInvalid as e:
+            corrupt.append(e)
+            continue
+        if m is not None:
             if best is None or m["taken_at"] > best[0]:
                 best = (m["taken_at"], d)
         elif (d / NODE_FILE).exists() or (d / REPLICATED_FILE).exists():
             debris.append(d)
-    return (best[1] if best else None), debris
+    return (best[1] if best else None), debris, corrupt
+
+
+def _manifest_problems(m: dict[str, Any], now: float) -> list[str]:
+    """What a loaded manifest's values say against it: format, node, a ``taken_at`` in the future."""
+    problems = []
+    if m.get("format") != FORMAT:
+        problems.append(
+            f"{MANIFEST}: field format is {m.get('format')!r}; this build writes and reads format {FORMAT}"
+        )
+    if not m.get("node"):
+        problems.append(f"{MANIFEST}: field node is missing or empty: the backup names no node")
+    ahead = m["taken_at"] / 1_000_000 - now
+    if ahead > FUTURE_SKEW:
+        problems.append(
+            f"{MANIFEST}: field taken_at {m['taken_at']} ({_when(m['taken_at'])}) is {_age(ahead)} ahead of "
+            "this host: taken in the future: clock skew or a forged manifest"
+        )
+    return problems
+
+
+def _restored_objects(m: dict[str, Any], newest: Path, estate_copy: Path) -> list[str]:
+    """Check the objects the restored estate copy names against the manifest and ``objects/``."""
+    try:
+        named = named_objects(estate_copy)
+    except sqlite3.Error as e:
+        return [f"{REPLICATED_FILE}: the objects it names cannot be read (project_files): {e}"]
+    listed = {o["key"]: o for o in m["objects"]["items"]}
+    problems = []
+    for o in named:
+        where = f"object {o['key']} (named by file {o['named_by']} in the restored estate)"
+        item = listed.get(o["key"])
+        if item is None:
+            problems.append(f"{where} is not in {MANIFEST}: the manifest leaves it out")
+            if not (newest / o["file"]).is_file():
+                problems.append(f"{where} is missing: no {newest / o['file']}")
+            continue
+        if item["sha256"] != o["sha256"] or item["size"] != o["size"]:
+            problems.append(
+                f"{where}: the row says {o['size']} bytes sha256 {o['sha256']}; the manifest says "
+                f"{item['size']} bytes sha256 {item['sha256']}"
+            )
+    return problems
 
 
 def verify_restore(dir: Path, cadence_seconds: float) -> int:  # noqa: A002 - the spec's option name
@@ -260,8 +338,11 @@ def verify_restore(dir: Path, cadence_seconds: float) -> int:  # noqa: A002 - th
     Restores the newest artefact (see :func:`find_newest`) into a scratch directory, checks both files'
     SHA-256 and size against the manifest, opens each (``PRAGMA integrity_check``, table count), reads
     the estate copy's positions and compares them with the manifest's, and checks every object the
-    manifest names (present in ``objects/`` with its SHA-256). Prints when and by whom it was taken,
-    each store copy with its size and table count, and every domain's stream, generation and sequence.
+    manifest names (present in ``objects/`` with its SHA-256). The manifest's list is not trusted
+    alone: every object the *restored* estate copy names (its ``project_files`` rows, the list the
+    backup itself took) must be in the manifest with the row's size and SHA-256, and present and
+    verified under ``objects/``. Prints when and by whom it was taken, each store copy with its size
+    and table count, and every domain's stream, generation and sequence.
 
     Args:
         dir: A backup directory or a directory holding backups.
@@ -269,35 +350,50 @@ def verify_restore(dir: Path, cadence_seconds: float) -> int:  # noqa: A002 - th
 
     Returns:
         The exit code: 0 verified and within the cadence; 1 no manifest under ``dir`` (debris only),
-        a manifest naming no domain position, a SHA-256/size/integrity/position mismatch, a missing
-        object, or older than the cadence; 2 ``dir`` is not a directory.
+        a corrupt manifest (empty, not JSON, a field of the wrong type: one line naming the file and
+        the field), a ``format`` this build does not write, no ``node``, a ``taken_at`` in the future
+        (more than :data:`FUTURE_SKEW` ahead), a manifest naming no domain position, a
+        SHA-256/size/integrity/position mismatch, a missing object or one the restored estate names
+        that the manifest does not, or older than the cadence; 2 ``dir`` is not a directory.
     """
     if not dir.is_dir():
         typer.echo(f"{dir} is not a directory", err=True)
         return 2
-    newest, debris = find_newest(dir)
+    newest, debris, corrupt = find_newest(dir)
     for d in debris:
         typer.echo(f"debris (no manifest): {d}", err=True)
+    for c in corrupt:  # it may be the newest backup: nothing under dir is proven restorable
+        typer.echo(f"FAILED: {c}; the backup is not restorable", err=True)
+    if corrupt:
+        return 1
     if newest is None:
         typer.echo(
             f"no backup under {dir}: no manifest.json found (a directory without one is debris)", err=True
         )
         return 1
-    m = read_manifest(newest)
-    assert m is not None
-    problems: list[str] = []
-    age = max(0.0, time.time() - m["taken_at"] / 1_000_000)
+    try:
+        loaded = load_manifest(newest)
+    except ManifestInvalid as e:  # changed since it was found
+        typer.echo(f"FAILED: {e}", err=True)
+        return 1
+    if loaded is None:
+        typer.echo(f"FAILED: {newest / MANIFEST} vanished while verifying", err=True)
+        return 1
+    m = loaded
+    now = time.time()
+    problems = _manifest_problems(m, now)
+    age = max(0.0, now - m["taken_at"] / 1_000_000)
     typer.echo(f"backup {newest}")
     typer.echo(
-        f"  taken {_when(m['taken_at'])} ({_age(age)} ago) on node {m.get('node', '?')}, "
+        f"  taken {_when(m['taken_at'])} ({_age(age)} ago) on node {m.get('node') or '?'}, "
         f"owner {m.get('owner') or '(unset)'}"
     )
-    positions = m.get("positions") or {}
+    positions = m["positions"]
     if not positions:
         problems.append("the manifest names no domain position: it cannot be verified")
     with tempfile.TemporaryDirectory(prefix="crewlet-verify-") as scratch:
         for name in (NODE_FILE, REPLICATED_FILE):
-            want = (m.get("files") or {}).get(name)
+            want = m["files"].get(name)
             src = newest / name
             if want is None or not src.is_file():
                 problems.append(f"{name}: {'not in the manifest' if want is None else 'missing'}")
@@ -320,22 +416,22 @@ def verify_restore(dir: Path, cadence_seconds: float) -> int:  # noqa: A002 - th
             )
             if summary["integrity"] != "ok":
                 problems.append(f"{name}: integrity_check says {summary['integrity']}")
-            if summary["tables"] != want.get("tables"):
-                problems.append(f"{name}: {summary['tables']} tables; the manifest says {want.get('tables')}")
+            if summary["tables"] != want["tables"]:
+                problems.append(f"{name}: {summary['tables']} tables; the manifest says {want['tables']}")
             if name == REPLICATED_FILE:
                 for domain, p in positions.items():
                     got = summary["positions"].get(domain, {"seq": 0})
-                    if got.get("seq") != p.get("seq"):
+                    if got.get("seq") != p["seq"]:
                         problems.append(
-                            f"{domain}: the copy's checkpoint is {got.get('seq')}; the manifest says {p.get('seq')}"
+                            f"{domain}: the copy's checkpoint is {got.get('seq')}; the manifest says {p['seq']}"
                         )
+                problems += _restored_objects(m, newest, dst)
     for domain, p in positions.items():
-        typer.echo(f"  {domain}: {p.get('stream')} generation {p.get('generation')} seq {p.get('seq')}")
-    items = (m.get("objects") or {}).get("items", [])
-    problems += _check_objects(newest, m)
-    typer.echo(
-        f"  objects: {len(items)} named, {len(items) - len([p for p in problems if p.startswith('object ')])} verified"
-    )
+        typer.echo(f"  {domain}: {p['stream']} generation {p['generation']} seq {p['seq']}")
+    items = m["objects"]["items"]
+    object_problems = _check_objects(newest, m)
+    problems += object_problems
+    typer.echo(f"  objects: {len(items)} named, {len(items) - len(object_problems)} verified")
     if age > cadence_seconds:
         problems.append(f"the newest backup is {_age(age)} old; the cadence is {_age(cadence_seconds)}")
     for p in problems:

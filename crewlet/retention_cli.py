@@ -137,6 +137,13 @@ def problems(view: dict[str, Any]) -> list[str]:
         m = d.get("measurement") or {}
         measured = ", ".join(f"{k}={v}" for k, v in m.items()) or "no measurement"
         lines.append(f"alarm {kind}: {measured}; remedy: {d.get('remedy') or 'see the node log'}")
+    asked = view.get("asked")
+    for domain, nodes in sorted((view.get("evicted") or {}).items()):
+        if asked in nodes:  # this node's own copy is out of service until readmitted (ES-40, ES-51)
+            lines.append(
+                f"evicted: {asked} stands evicted on {domain}, so its copy serves nothing; remedy: "
+                f"`crewlet retention readmit {asked} --confirm {asked}` through another data node"
+            )
     owner = (view.get("retention") or {}).get("backup_owner") or ""
     for domain, terms in sorted(_blocked(view).items()):
         floor = view["floors"][domain]
@@ -155,22 +162,34 @@ def problems(view: dict[str, Any]) -> list[str]:
 
 
 def _backup_sentence(view: dict[str, Any]) -> str | None:
-    """ES-49's sentence when ``backup_floor`` blocks a trim, else None."""
+    """ES-49's sentence when ``backup_floor`` blocks a trim, else None.
+
+    The floor record is the trim's last tick: when the newest verified backup announced since is
+    younger than ``retention.backup_max_age``, the sentence says the trim was blocked at that tick and
+    the next one (every ``retention.trim_tick``) will use the backup, not that none is recent enough.
+    """
     domains = [d for d, terms in sorted(_blocked(view).items()) if "backup_floor" in terms]
     if not domains:
         return None
     ret = view.get("retention") or {}
     backups = [b for b in view.get("backups") or [] if isinstance(b, dict) and b.get("verified")]
-    newest = max((int(b.get("taken_at") or 0) for b in backups), default=0)
-    if newest:
-        age = (time.time() * 1e6 - newest) / 1e6
+    newest = max((b["taken_at"] for b in backups if isinstance(b.get("taken_at"), int | float)), default=0)
+    age = (time.time() * 1e6 - newest) / 1e6 if newest else None
+    max_age = ret.get("backup_max_age")
+    if age is not None and isinstance(max_age, int | float) and age <= max_age:
+        return (
+            f"The trim of {' and '.join(domains)} was blocked by backup_floor at its last tick; a verified "
+            f"backup {_duration(max(0.0, age))} old now exists (retention.backup_max_age {_duration(max_age)}), "
+            f"so the next tick (every {_duration(ret.get('trim_tick'))}) will use it."
+        )
+    if age is not None:
         newest_txt = f"the newest verified backup is {_duration(age)} old"
     else:
         newest_txt = "no verified backup has been announced"
     owner = ret.get("backup_owner") or ""
     return (
         f"No backup recent enough: {newest_txt} (retention.backup_max_age "
-        f"{_duration(ret.get('backup_max_age'))}), so backup_floor blocks the trim of "
+        f"{_duration(max_age)}), so backup_floor blocks the trim of "
         f"{' and '.join(domains)}. Take one with `crewlet backup`"
         + (f" (backups are kept by {owner})." if owner else ".")
     )
@@ -187,6 +206,13 @@ def _print_status(view: dict[str, Any], out: Console) -> None:
     sentence = _backup_sentence(view)
     if sentence:
         out.print(sentence, markup=False, highlight=False)
+    for domain, nodes in sorted((view.get("evicted") or {}).items()):
+        out.print(
+            f"evicted on {domain}: {', '.join(sorted(nodes))} (not counted by the trim; "
+            "`crewlet retention readmit NODE --confirm NODE` counts one again)",
+            markup=False,
+            highlight=False,
+        )
     floors = view.get("floors") or {}
     logs = view.get("logs") or {}
     out.print(

@@ -215,6 +215,8 @@ class Applier:
         cp = await self._store.checkpoint(self.domain)
         self.applied = cp.seq if cp is not None else 0
         self.log_last = self.applied
+        if cp is not None and cp.seq > 0 and await self._keyed_elsewhere(cp.seq, cp.stream_created_at):
+            return  # out of service: never apply (or skip) a log the rows are not keyed to (ES-90)
         await self._reconcile()
         with contextlib.suppress(nats.js.errors.APIError, nats.errors.Error, asyncio.TimeoutError):
             info = await self._js.stream_info(self.stream)
@@ -222,6 +224,43 @@ class Applier:
             if self.applied >= self.log_last:
                 self._level()  # nothing to replay: level at once (ES-39), no first fetch to wait out
         self._task = asyncio.create_task(self._loop(), name=f"applier-{self.domain}")
+
+    async def _keyed_elsewhere(self, seq: int, created_at: int) -> bool:
+        """True (and the copy stops, out of service) when the rows are keyed to another log (ES-90).
+
+        Two cases, both seen after a restore onto a broker that lost its streams (an embedded
+        node's lost disk): the stream's creation instant is not the one the checkpoint names
+        (``statelog_stream_recreated``), or the checkpoint is past the log's last record
+        (``statelog_ahead_of_log``). Applying on would skip every new record up to the old
+        checkpoint as "already applied", so writes would be acknowledged and then lost; the copy
+        refuses instead, naming both positions, until an operator restores the log with the rows
+        (README, "Restore from a backup") or starts the copy afresh. An unreadable stream decides
+        nothing here (the loop's reader errors say so).
+        """
+        try:
+            info = await self._js.stream_info(self.stream)
+        except (TimeoutError, nats.js.errors.APIError, nats.errors.Error):
+            return False
+        last = int(info.state.last_seq)
+        if created_at and self._created_at and created_at != self._created_at:
+            event, reason = "statelog_stream_recreated", "the log was recreated since these rows were applied"
+        elif last < seq:
+            event, reason = "statelog_ahead_of_log", "the checkpoint is past the log's last record"
+        else:
+            return False
+        self.halted = f"{reason} ({self.stream}: checkpoint {seq}, log last {last})"
+        self._stopping = True
+        _log.error(
+            event,
+            domain=self.domain,
+            stream=self.stream,
+            checkpoint=seq,
+            log_last=last,
+            checkpoint_stream_created_at=created_at,
+            stream_created_at=self._created_at,
+            remedy="restore the log together with the rows, or move the estate file aside to replay afresh",
+        )
+        return True
 
     async def _reconcile(self) -> None:
         info: jsapi.ConsumerInfo | None

@@ -9,8 +9,12 @@
 
 The order (ES-81):
 
-1. Refuse a relative or non-empty destination (naming it), a copy out of service
-   (``estate_partition_not_served``) and a second backup already running on this node.
+1. Refuse a relative or non-empty destination (naming it), one the host cannot name (a path
+   component too long, an embedded NUL byte) or write into (read-only, not permitted: a probe
+   file is written and removed before the first copy) as ``backup_destination_invalid`` (422), a
+   full disk as ``backup_no_space`` (507), a copy out of service (``estate_partition_not_served``)
+   and a second backup already running on this node. The destination is resolved
+   (``Path.resolve()``): the announcement and ``backups.json`` carry the absolute path.
 2. Before the first byte, take one heartbeated trim hold per domain in the ``trim_holds`` slot
    (key ``<domain>.backup-<node>``, value ``{"domain","kind":"backup","node","seq","at"}``) at the
    applier's position, re-put every 30 s while the backup runs (the bucket forgets a hold after
@@ -26,6 +30,17 @@ The order (ES-81):
    node restored from it could never catch up): else no manifest (``backup_below_log``).
 6. ``manifest.json`` (see :func:`take_backup`), then the announcement to the ``backups`` slot keyed
    by the node id; a failed announcement is logged (``backup_announce_failed``), not fatal.
+
+A backup that fails once it has begun writing (disk full midway — SQLite's "database or disk is
+full", ``ENOSPC`` — a failed check, an absent object) removes everything it wrote into the
+destination (which was empty, or absent and created by it, when it began) and raises
+:class:`BackupFailed`; no half-written directory is left behind.
+
+Reading an artefact back (ES-83, ES-84): :func:`load_manifest` returns None only when
+``manifest.json`` is absent and raises :class:`ManifestInvalid` naming the file and the field when it
+is there but corrupt (empty, not JSON, not an object, a field of the wrong type, an object ``file``
+that is not where :func:`object_file` puts its key). :func:`named_objects` lists the objects an
+estate copy names, for the backup and for ``verify --restore`` alike.
 
 The broker half: with ``stream.type: nats`` the logs, the coordination buckets and the object
 bucket's stream live on the cluster and are backed up there (``nats account backup``); the manifest
@@ -43,10 +58,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 import sqlite3
 import time
 from pathlib import Path
@@ -62,6 +79,7 @@ from ._ids import DOMAINS, GENERATION, STREAMS
 from ._snapshot import file_sha256
 
 __all__ = [
+    "FORMAT",
     "HOLD_INTERVAL",
     "MANIFEST",
     "NODE_FILE",
@@ -69,7 +87,10 @@ __all__ = [
     "REPLICATED_FILE",
     "BackupAgeWatch",
     "BackupFailed",
+    "ManifestInvalid",
     "copy_summary",
+    "load_manifest",
+    "named_objects",
     "newest_manifest",
     "object_file",
     "read_manifest",
@@ -81,6 +102,8 @@ _log = logs.get("backup")
 
 MANIFEST = "manifest.json"
 """Name of the manifest, written last."""
+FORMAT = 1
+"""The manifest ``format`` this build writes (and the only one it reads back)."""
 NODE_FILE = "store.db"
 """The artefact's copy of the node-local file (``<store.dir>/node.db``)."""
 REPLICATED_FILE = "store-replicated.db"
@@ -116,7 +139,9 @@ class BackupFailed(Exception):
             ``backup_in_progress`` (409), ``estate_partition_not_served`` (503),
             ``backup_hold_unavailable`` (503), ``backup_object_missing`` (502),
             ``backup_object_corrupt`` (502), ``objects_unavailable`` (503),
-            ``backup_copy_failed`` (500), ``backup_below_log`` (409).
+            ``backup_no_space`` (507: the destination's disk filled up, SQLite "database or disk is
+            full" or ``ENOSPC``/``EDQUOT``), ``backup_copy_failed`` (500: an integrity or schema
+            check, or another I/O failure, named), ``backup_below_log`` (409).
         status: The HTTP status ``POST /backup`` answers with.
         message: What happened, naming the directory, domain, object or file concerned.
     """
@@ -143,13 +168,120 @@ def object_file(key: str) -> str:
     return f"objects/_/{hashlib.sha256(key.encode()).hexdigest()}"
 
 
-def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """Return ``<directory>/manifest.json`` parsed, or None when absent or unreadable (debris)."""
+class ManifestInvalid(ValueError):
+    """``manifest.json`` is there but corrupt (ES-83): the backup cannot be trusted or restored.
+
+    Attributes:
+        path: The manifest file.
+        field: The field at fault (``objects.items[2].size``), or ``""`` for the file as a whole.
+        problem: What is wrong with it.
+    """
+
+    def __init__(self, path: Path, field: str, problem: str) -> None:
+        self.path = path
+        self.field = field
+        self.problem = problem
+        where = f"field {field}: " if field else ""
+        super().__init__(f"{path} is corrupt: {where}{problem}")
+
+
+def _kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
+        type(v), "a list" if isinstance(v, list) else "an object" if isinstance(v, dict) else type(v).__name__
+    )
+
+
+def _want(path: Path, field: str, v: Any, kind: type | tuple[type, ...], name: str) -> Any:
+    ok = isinstance(v, kind) and not (isinstance(v, bool) and kind in (int, (int, float)))
+    if not ok:
+        raise ManifestInvalid(path, field, f"expected {name}, got {_kind(v)} ({json.dumps(v)[:60]})")
+    return v
+
+
+def _want_count(path: Path, field: str, v: Any) -> int:
+    n = _want(path, field, v, int, "a non-negative integer")
+    if n < 0:
+        raise ManifestInvalid(path, field, f"expected a non-negative integer, got {n}")
+    return int(n)
+
+
+def load_manifest(directory: Path) -> dict[str, Any] | None:
+    """Return ``<directory>/manifest.json`` parsed and type-checked, or None when it is absent.
+
+    Checked: the top level is an object; ``taken_at`` a positive integer (µs); ``node``, ``owner``,
+    ``format`` of their types when present; ``positions`` an object of
+    ``{"stream": str, "generation": int, "seq": int}``; ``files`` an object of
+    ``{"sha256": str, "size": int, "tables": int}``; ``objects`` an object with ``items`` a list of
+    ``{"key", "sha256": str, "size": int, "file": str}`` whose ``file`` is :func:`object_file` of its
+    key (a manifest never points outside ``objects/``). The values themselves (``format``, an empty
+    ``node``, a ``taken_at`` in the future) are for the reader to judge.
+
+    Raises:
+        ManifestInvalid: the file is there but unreadable, empty, not JSON, not a JSON object or a
+            field has the wrong type; the message names the file and the field.
+    """
+    path = directory / MANIFEST
     try:
-        data = json.loads((directory / MANIFEST).read_text())
-    except (OSError, ValueError):
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) else None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestInvalid(path, "", f"unreadable ({type(e).__name__}: {e})") from None
+    if not text.strip():
+        raise ManifestInvalid(path, "", "the file is empty")
+    try:
+        m = json.loads(text)
+    except ValueError as e:
+        raise ManifestInvalid(path, "", f"not valid JSON ({e})") from None
+    if not isinstance(m, dict):
+        raise ManifestInvalid(path, "", f"expected a JSON object, got {_kind(m)}")
+    taken = _want(path, "taken_at", m.get("taken_at"), int, "an integer (unix µs)")
+    if taken <= 0:
+        raise ManifestInvalid(path, "taken_at", f"expected a positive integer (unix µs), got {taken}")
+    for name, kind, what in (
+        ("node", str, "a string"),
+        ("owner", str, "a string"),
+        ("format", int, "an integer"),
+    ):
+        if name in m:
+            _want(path, name, m[name], kind, what)
+    positions = _want(path, "positions", m.get("positions"), dict, "an object")
+    for domain, p in positions.items():
+        _want(path, f"positions.{domain}", p, dict, "an object")
+        _want(path, f"positions.{domain}.stream", p.get("stream"), str, "a string")
+        _want_count(path, f"positions.{domain}.generation", p.get("generation"))
+        _want_count(path, f"positions.{domain}.seq", p.get("seq"))
+    files = _want(path, "files", m.get("files"), dict, "an object")
+    for name, f in files.items():
+        _want(path, f"files.{name}", f, dict, "an object")
+        _want(path, f"files.{name}.sha256", f.get("sha256"), str, "a string")
+        _want_count(path, f"files.{name}.size", f.get("size"))
+        _want_count(path, f"files.{name}.tables", f.get("tables"))
+    objects = _want(path, "objects", m.get("objects"), dict, "an object")
+    items = _want(path, "objects.items", objects.get("items"), list, "a list")
+    for i, o in enumerate(items):
+        at = f"objects.items[{i}]"
+        _want(path, at, o, dict, "an object")
+        key = _want(path, f"{at}.key", o.get("key"), str, "a string")
+        _want(path, f"{at}.sha256", o.get("sha256"), str, "a string")
+        _want_count(path, f"{at}.size", o.get("size"))
+        if _want(path, f"{at}.file", o.get("file"), str, "a string") != object_file(key):
+            raise ManifestInvalid(
+                path, f"{at}.file", f"{o['file']!r} is not where key {key!r} lives ({object_file(key)!r})"
+            )
+        if "named_by" in o:
+            _want(path, f"{at}.named_by", o["named_by"], str, "a string")
+    return m
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    """Return ``<directory>/manifest.json`` parsed and checked, or None when absent or corrupt (debris)."""
+    try:
+        return load_manifest(directory)
+    except ManifestInvalid:
+        return None
 
 
 def _schema(con: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -197,6 +329,21 @@ def copy_summary(path: Path) -> dict[str, Any]:
         con.close()
 
 
+_NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_UNWRITABLE_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ENOTDIR}
+
+
+def _io_failure(what: str, e: BaseException) -> BackupFailed:
+    """Name an I/O failure while writing: no space → 507 ``backup_no_space``, else 500 ``backup_copy_failed``."""
+    full = (isinstance(e, OSError) and e.errno in _NO_SPACE_ERRNOS) or (
+        isinstance(e, sqlite3.Error)
+        and (getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e))
+    )
+    if full:
+        return BackupFailed("backup_no_space", 507, f"{what}: no space left on the destination's disk ({e})")
+    return BackupFailed("backup_copy_failed", 500, f"{what} failed: {type(e).__name__}: {e}")
+
+
 def _vacuum_copy(src: Path, dst: Path) -> dict[str, Any]:
     """``VACUUM INTO`` ``src`` → ``dst``, reopen, integrity check, schema compare; no -wal left."""
     if not src.exists():
@@ -207,9 +354,16 @@ def _vacuum_copy(src: Path, dst: Path) -> dict[str, Any]:
         con.execute("VACUUM INTO ?", (str(dst),))
         source_schema = _schema(con)
     except sqlite3.Error as e:
-        raise BackupFailed("backup_copy_failed", 500, f"VACUUM INTO {dst} from {src} failed: {e}") from None
+        raise _io_failure(f"VACUUM INTO {dst} from {src}", e) from None
     finally:
         con.close()
+    try:
+        return _check_copy(src, dst, source_schema)
+    except (OSError, sqlite3.Error) as e:
+        raise _io_failure(f"checking the copy {dst}", e) from None
+
+
+def _check_copy(src: Path, dst: Path, source_schema: list[tuple[Any, ...]]) -> dict[str, Any]:
     copy = sqlite3.connect(str(dst), isolation_level=None)
     try:
         copy.execute("PRAGMA journal_mode=DELETE")  # a copy carries no WAL: it stands alone
@@ -234,8 +388,15 @@ def _vacuum_copy(src: Path, dst: Path) -> dict[str, Any]:
     }
 
 
-def _named_objects(path: Path) -> list[dict[str, Any]]:
-    """Every distinct object key the estate copy at ``path`` names, with the first row naming it."""
+def named_objects(path: Path) -> list[dict[str, Any]]:
+    """Every distinct object key the estate copy at ``path`` names, with the first row naming it.
+
+    Returns:
+        ``[{"key", "sha256", "size", "file", "named_by"}]`` by key (``file``: :func:`object_file`).
+
+    Raises:
+        sqlite3.Error: the file does not open as SQLite or has no ``project_files`` table.
+    """
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     try:
         out: dict[str, dict[str, Any]] = {}
@@ -257,21 +418,91 @@ def _named_objects(path: Path) -> list[dict[str, Any]]:
         con.close()
 
 
-def _check_destination(dest: Path) -> None:
+_named_objects = named_objects
+
+
+def _check_destination(dest: Path) -> Path:
+    """Refuse a destination that is relative, unnameable, a file or not empty; return it resolved."""
     if not dest.is_absolute():
         raise BackupFailed(
             "backup_destination_invalid",
             422,
             f"dir {str(dest)!r} is relative; give an absolute path on the node",
         )
-    if dest.exists() and not dest.is_dir():
-        raise BackupFailed("backup_destination_invalid", 422, f"dir {dest} exists and is not a directory")
-    if dest.is_dir() and any(dest.iterdir()):
+    try:
+        dest = dest.resolve()
+        if dest.exists() and not dest.is_dir():
+            raise BackupFailed("backup_destination_invalid", 422, f"dir {dest} exists and is not a directory")
+        if dest.is_dir() and any(dest.iterdir()):
+            raise BackupFailed(
+                "backup_destination_not_empty",
+                409,
+                f"{dest} is not empty; a backup is written into an empty (or absent) directory",
+            )
+    except ValueError as e:  # an embedded NUL byte
         raise BackupFailed(
-            "backup_destination_not_empty",
-            409,
-            f"{dest} is not empty; a backup is written into an empty (or absent) directory",
-        )
+            "backup_destination_invalid", 422, f"dir {str(dest)!r} is not a valid path: {e}"
+        ) from None
+    except OSError as e:  # ENAMETOOLONG, ELOOP, EACCES on a parent, ...
+        raise BackupFailed(
+            "backup_destination_invalid", 422, f"dir {str(dest)!r} cannot be used: {e.strerror or e}"
+        ) from None
+    return dest
+
+
+def _make_destination(dest: Path) -> Path | None:
+    """Create ``dest`` (absent or empty) and prove it writable; return the topmost directory created.
+
+    Raises:
+        BackupFailed: ``backup_destination_invalid`` (422) when it cannot be created or written
+            (read-only, not permitted, a bad name), ``backup_no_space`` (507) when its disk is full.
+    """
+    top: Path | None = None
+    try:
+        probe_dir = dest
+        while not probe_dir.exists():
+            top = probe_dir
+            probe_dir = probe_dir.parent
+        dest.mkdir(parents=True, exist_ok=True)
+        probe = dest / ".crewlet-backup-probe"
+        with probe.open("wb") as f:
+            f.write(b"probe")
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+    except (OSError, ValueError) as e:
+        _remove_written(dest, top)
+        if isinstance(e, OSError) and e.errno in _NO_SPACE_ERRNOS:
+            raise BackupFailed(
+                "backup_no_space", 507, f"{dest}: no space left on its disk ({e.strerror})"
+            ) from None
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise BackupFailed("backup_destination_invalid", 422, f"cannot write into {dest}: {why}") from None
+    return top
+
+
+def _remove_written(dest: Path, top: Path | None) -> None:
+    """Remove what a backup writes into ``dest`` (and the directories it created, up to ``top``)."""
+    for name in (NODE_FILE, REPLICATED_FILE):
+        for side in ("", "-journal", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                Path(str(dest / name) + side).unlink()
+    for name in (MANIFEST + ".tmp", MANIFEST, ".crewlet-backup-probe"):
+        with contextlib.suppress(OSError):
+            (dest / name).unlink()
+    with contextlib.suppress(OSError):
+        shutil.rmtree(dest / "objects")
+    if top is None:
+        return
+    d = dest
+    while True:
+        try:
+            d.rmdir()  # only an empty directory: never anything it did not write
+        except OSError:
+            return
+        if d == top or d.parent == d:
+            return
+        d = d.parent
 
 
 def record_backup_dir(store_dir: Path, dest: Path) -> None:
@@ -299,8 +530,8 @@ def newest_manifest(store_dir: Path) -> dict[str, Any] | None:
         return None
     best: dict[str, Any] | None = None
     for d in dirs:
-        m = read_manifest(d)
-        if m is None or not isinstance(m.get("taken_at"), int) or not m.get("positions"):
+        m = read_manifest(d)  # a corrupt manifest counts as none
+        if m is None or not m.get("positions"):
             continue
         if best is None or m["taken_at"] > best["taken_at"]:
             best = {**m, "dir": str(d)}
@@ -398,6 +629,8 @@ async def _fetch_objects(store: Any, named: list[dict[str, Any]], dest: Path) ->
             ) from None
         except objs.ObjectsError as e:
             raise BackupFailed("objects_unavailable", 503, f"reading object {o['key']}: {e}") from None
+        except OSError as e:
+            raise _io_failure(f"writing object {o['key']} to {target}", e) from None
         if h.hexdigest() != o["sha256"] or size != o["size"]:
             raise BackupFailed(
                 "backup_object_corrupt",
@@ -459,9 +692,11 @@ async def take_backup(
 
     Raises:
         BackupFailed: refused or failed (see :class:`BackupFailed` for the codes); no manifest is
-            written, and a partly written directory is left as debris (named in the message).
+            written, and whatever this backup had written into ``dest`` is removed (``dest`` too
+            when the backup created it). Any other failure while copying is raised as
+            ``backup_copy_failed`` naming it.
     """
-    _check_destination(dest)
+    dest = _check_destination(dest)
     for domain in est.appliers:
         if est.service.copy_state(domain) == "out_of_service":
             raise BackupFailed(
@@ -475,28 +710,37 @@ async def take_backup(
     _busy.add(key)
     started = time.monotonic()
     holds = _Holds(coord, node_id, {d: a.applied for d, a in est.appliers.items()}, hold_interval)
+    writing = False
+    top: Path | None = None
     try:
         await holds.take()
         _log.info("backup_started", dir=str(dest), holds={d: a.applied for d, a in est.appliers.items()})
+        top = _make_destination(dest)
+        writing = True
         try:
-            dest.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise BackupFailed("backup_destination_invalid", 422, f"cannot create {dest}: {e}") from None
-        manifest = await _copy(est, dest, store_dir, objects, node_id, owner, stream_type)
-        manifest["duration_seconds"] = round(time.monotonic() - started, 3)
-        _DURATION.set(manifest["duration_seconds"])
-        tmp = dest / (MANIFEST + ".tmp")
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-        os.replace(tmp, dest / MANIFEST)
+            manifest = await _copy(est, dest, store_dir, objects, node_id, owner, stream_type)
+            manifest["duration_seconds"] = round(time.monotonic() - started, 3)
+            _DURATION.set(manifest["duration_seconds"])
+            tmp = dest / (MANIFEST + ".tmp")
+            tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            os.replace(tmp, dest / MANIFEST)
+        except (OSError, sqlite3.Error) as e:
+            raise _io_failure(f"writing the backup into {dest}", e) from None
+        except BackupFailed:
+            raise
+        except Exception as e:  # noqa: BLE001 - named, never an unnamed 500
+            raise BackupFailed("backup_copy_failed", 500, f"{dest}: {type(e).__name__}: {e}") from None
         with contextlib.suppress(OSError):
             fd = os.open(str(dest), os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
-    except BackupFailed as e:
-        debris = " (the directory holds no manifest: it is debris; remove it)" if dest.is_dir() else ""
-        _log.error("backup_failed", dir=str(dest), code=e.code, error=e.message)
-        if debris and e.code not in ("backup_destination_not_empty", "backup_destination_invalid"):
-            e.message += debris
+    except BaseException as e:
+        if writing:
+            await asyncio.to_thread(_remove_written, dest, top)
+        if isinstance(e, BackupFailed):
+            if writing:
+                e.message += f" (what the backup wrote into {dest} was removed)"
+            _log.error("backup_failed", dir=str(dest), code=e.code, error=e.message)
         raise
     finally:
         await holds.release()
@@ -527,7 +771,7 @@ async def _copy(
         positions[domain] = estate_copy["positions"].get(
             domain, {"stream": STREAMS[domain], "generation": GENERATION, "seq": 0}
         )
-    named = await asyncio.to_thread(_named_objects, dest / REPLICATED_FILE)
+    named = await asyncio.to_thread(named_objects, dest / REPLICATED_FILE)
     await _fetch_objects(objects, named, dest)
     for name, pos in positions.items():
         try:
@@ -548,7 +792,7 @@ async def _copy(
         REPLICATED_FILE: {k: estate_copy[k] for k in ("sha256", "size", "tables")},
     }
     return {
-        "format": 1,
+        "format": FORMAT,
         "node": node_id,
         "taken_at": taken_at,
         "owner": owner,

@@ -2,6 +2,8 @@
 
 A gesture is judged once, before anything is written:
 
+- ``evict`` of the node answering the request is refused (``self_evict``, even with ``force``:
+  a node never evicts itself, so the last data node cannot be evicted from under its own API);
 - ``evict`` is refused while the node holds a live presence lease (``node_live``; ``force``
   passes it), and when the leases cannot be read (``leases_unreadable``; ``force`` passes it and the
   gesture is logged ``statelog_evict_forced_unjudged``);
@@ -50,8 +52,8 @@ class GestureRefused(Exception):
     """A gesture judged and refused before anything was written.
 
     Attributes:
-        code: ``node_live``, ``leases_unreadable``, ``below_floor``, ``confirm_mismatch``,
-            ``invalid_node``, ``invalid_op_id``.
+        code: ``self_evict``, ``node_live``, ``leases_unreadable``, ``below_floor``, ``confirm_mismatch``,
+            ``invalid_node``, ``op_id_invalid``.
         detail: The sentence for the operator.
         facts: Extra fields (positions for ``below_floor``).
     """
@@ -68,13 +70,19 @@ async def _live(coord: Coordination, node: str) -> bool:
 
 
 async def _judge(
-    est: Any, coord: Coordination | None, *, action: str, node: str, confirm: str, force: bool
+    est: Any, coord: Coordination | None, *, action: str, node: str, confirm: str, force: bool, writer: str
 ) -> bool:
     if not _NODE_RE.match(node):
         raise GestureRefused("invalid_node", f"{node!r} is not a node id (letters, digits, '.', '_', '-')")
     if confirm != node:
         raise GestureRefused("confirm_mismatch", f"--confirm must repeat the node id exactly ({node!r})")
     forced_unjudged = False
+    if action == "evict" and node == writer:
+        raise GestureRefused(
+            "self_evict",
+            f"{node} is the node answering this request: a node never evicts itself (it is live, and its "
+            "own copy would go out of service); stop it, then ask another data node",
+        )
     if action == "evict":
         try:
             live = coord is not None and await _live(coord, node)
@@ -197,9 +205,9 @@ async def run_gesture(
             validate_op_id(gesture, field="op_id")
         except InvalidField as e:
             raise GestureRefused(
-                "invalid_op_id", f"--op-id {gesture!r} was not minted by this engine: {e}"
+                "op_id_invalid", f"--op-id {gesture!r} was not minted by this engine: {e}"
             ) from None
-    forced = await _judge(est, coord, action=action, node=node, confirm=confirm, force=force)
+    forced = await _judge(est, coord, action=action, node=node, confirm=confirm, force=force, writer=writer)
     gesture = gesture or mint_op_id(f"{action}-{node}")
     if forced:
         _log.warning("statelog_evict_forced_unjudged", node=node, gesture=gesture)

@@ -3,16 +3,23 @@
 A real node process on a real nats-server takes a backup through ``crewlet backup`` while work items
 are being written; the manifest's positions are the copy's checkpoint rows, the files verify, the
 holds are released and the announcement lands in the ``backups`` slot. A non-empty destination is
-refused by name; ``verify --restore`` passes on a fresh backup and fails past a 1 s cadence; a backup
-whose objects lost one file is refused by ``restore-objects`` before anything is written. In process:
-a copy the log was trimmed past gets no manifest.
+refused by name, and so is bad input (``?dir=`` twice, a NUL byte, a component too long, an
+unwritable place: 422, never 500); ``verify --restore`` passes on a fresh backup and fails past a 1 s
+cadence, on a corrupt or forged manifest (naming the file and the field) and on an object the restored
+estate names that the manifest leaves out; a backup whose objects lost one file is refused by
+``restore-objects`` before anything is written, a corrupt manifest or a missing node file without a
+traceback. In process: a copy the log was trimmed past gets no manifest, and a disk filling up midway
+answers ``backup_no_space`` leaving nothing behind. ``retention status``'s backup sentence tells a
+trim blocked at its last tick from a missing backup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import threading
@@ -26,6 +33,7 @@ import nats
 import pytest
 
 from crewlet.backup_cli import verify_restore
+from crewlet.retention_cli import _backup_sentence
 from shared import estate
 from shared.objects import open_object_store
 from tests.support.procs import REPO, TOKEN, VENV_BIN, NatsServer, Node, free_port, node_file
@@ -91,7 +99,10 @@ async def _purge_objects(url: str) -> None:
 
 
 def test_backup_during_writes_verify_and_restore_objects(
-    tmp_path: Path, nats_server: NatsServer, start_node: Callable[..., Node]
+    tmp_path: Path,
+    nats_server: NatsServer,
+    start_node: Callable[..., Node],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     port = free_port()
     cfg = node_file(
@@ -157,7 +168,7 @@ def test_backup_during_writes_verify_and_restore_objects(
     # ES-82: announced in the backups slot; holds released
     listed = api.get("/backups").json()["backups"]
     assert [b["node"] for b in listed] == ["n1"] and listed[0]["positions"] == manifest["positions"]
-    assert listed[0]["verified"] is True and listed[0]["dir"] == str(dest)
+    assert listed[0]["verified"] is True and listed[0]["dir"] == str(dest.resolve())
     holds = asyncio.run(_hold_keys(nats_server.url))
     assert holds == set(), holds
     assert _wait("backup_age cleared after the backup", lambda: _alarm(node) == 0.0)
@@ -170,10 +181,42 @@ def test_backup_during_writes_verify_and_restore_objects(
     rel = api.post("/backup", params={"dir": "relative/dir"})
     assert rel.status_code == 422 and rel.json()["detail"]["field"] == "dir"
     assert api.post("/backup").status_code == 422
+    # Bad input is a 422 naming dir, never a 500; nothing is left behind.
+    for bad in (
+        [("dir", str(tmp_path / "x")), ("dir", str(tmp_path / "y"))],  # ambiguous
+        [("dir", str(tmp_path / "nul\x00byte"))],
+        [("dir", str(tmp_path / ("n" * 300)))],  # ENAMETOOLONG
+        [("dir", "/sys/crewlet-backup-test")],  # not writable (sysfs)
+    ):
+        r = api.post("/backup", params=cast(Any, bad))
+        assert r.status_code == 422 and r.json()["detail"]["field"] == "dir", (bad, r.text)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
     assert httpx.post(node.url + "/backup", params={"dir": str(tmp_path / "x")}).status_code == 401
 
     # ES-83: verify --restore passes on the fresh backup, fails past a 1 s cadence after 2 s.
     assert verify_restore(tmp_path / "backups", 30 * 86400.0) == 0
+    # ES-83: a corrupt or forged manifest fails by name (never a traceback, never "no manifest").
+    forged = tmp_path / "forged"
+    shutil.copytree(dest, forged)
+    dropped = manifest["objects"]["items"][0]
+    kept = [o for o in manifest["objects"]["items"] if o["key"] != dropped["key"]]
+    future = int((time.time() + 86400) * 1_000_000)
+    for text, said in (
+        (json.dumps({**manifest, "objects": None}), "field objects"),
+        ("", "empty"),
+        ("{not json", "not valid JSON"),
+        ("[]", "JSON object"),
+        (json.dumps({**manifest, "taken_at": "yesterday"}), "field taken_at"),
+        (json.dumps({**manifest, "format": 2}), "field format"),
+        (json.dumps({**manifest, "node": ""}), "field node"),
+        (json.dumps({**manifest, "taken_at": future}), "taken in the future"),
+        (json.dumps({**manifest, "objects": {"count": 1, "bytes": 1, "items": kept}}), dropped["key"]),
+    ):
+        (forged / "manifest.json").write_text(text)
+        capsys.readouterr()
+        assert verify_restore(forged, 30 * 86400.0) == 1, said
+        err = capsys.readouterr().err
+        assert said in err and "manifest.json" in err and "no manifest.json found" not in err, (said, err)
     time.sleep(2.0)
     assert verify_restore(tmp_path / "backups", 1.0) == 1
     (tmp_path / "empty").mkdir()
@@ -194,10 +237,20 @@ def test_backup_during_writes_verify_and_restore_objects(
     (broken / gone["file"]).unlink()
     refused = _cli("backup", "restore-objects", "--dir", str(broken), "--node", str(cfg))
     assert refused.returncode == 1 and gone["key"] in refused.stderr and "before anything" in refused.stderr
+    (forged / "manifest.json").write_text(json.dumps({**manifest, "objects": None}))
+    corrupt = _cli("backup", "restore-objects", "--dir", str(forged), "--node", str(cfg))
+    assert corrupt.returncode == 1 and "Traceback" not in corrupt.stderr, corrupt.stderr
+    assert (
+        "manifest.json is corrupt: field objects" in corrupt.stderr and len(corrupt.stderr.splitlines()) == 1
+    )
+    no_node = _cli("backup", "restore-objects", "--dir", str(dest), "--node", str(tmp_path / "absent.yaml"))
+    assert no_node.returncode == 2 and "Traceback" not in no_node.stderr, no_node.stderr
+    assert "absent.yaml" in no_node.stderr and "no such file" in no_node.stderr
     assert asyncio.run(_store_keys(nats_server.url)) == set()
     # ... and the intact backup restores every object; the node serves the bytes again.
     ok = _cli("backup", "restore-objects", "--dir", str(dest), "--node", str(cfg))
     assert ok.returncode == 0 and "2 uploaded" in ok.stdout, ok.stderr + ok.stdout
+    assert len(ok.stdout.splitlines()) == 1 and not ok.stderr.strip(), ok.stdout + ok.stderr  # no log chatter
     for path, data in files.items():
         assert api.get(f"/projects/ENG/files/{path}").content == data
     api.close()
@@ -216,7 +269,7 @@ async def _hold_keys(url: str) -> set[str]:
 
 
 async def test_a_copy_the_log_was_trimmed_past_gets_no_manifest(
-    tmp_path: Path, inproc: Callable[..., Any], nats_server: NatsServer
+    tmp_path: Path, inproc: Callable[..., Any], nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = await inproc("t1")
     from tests.estate.conftest import seed
@@ -227,6 +280,23 @@ async def test_a_copy_the_log_was_trimmed_past_gets_no_manifest(
         js = nc.jetstream()
         store = await open_object_store(_objects_cfg(), cast(Any, _Link(js)))
         estate.EventLog.open(tmp_path / "t1" / "node.db", node_id="t1").close()
+        # A disk filling up midway: 507 backup_no_space; the (empty) destination is left empty.
+        full = tmp_path / "full"
+        full.mkdir()
+
+        def disk_full(_path: Path) -> Any:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(estate._backup, "named_objects", disk_full)
+        with pytest.raises(estate.BackupFailed) as nospace:
+            await estate.take_backup(
+                node.est, node_id="t1", dest=full, store_dir=tmp_path / "t1", objects=store, coord=None
+            )
+        assert nospace.value.code == "backup_no_space" and nospace.value.status == 507
+        assert full.is_dir() and list(full.iterdir()) == []
+        monkeypatch.undo()
+        nospc = estate._backup._io_failure("x", OSError(errno.ENOSPC, "No space left on device"))
+        assert nospc.code == "backup_no_space"
         node.est.appliers["tracker"].pause()
         await asyncio.sleep(1.2)  # the applier finishes the fetch in hand and holds
         for i in range(3):
@@ -239,7 +309,7 @@ async def test_a_copy_the_log_was_trimmed_past_gets_no_manifest(
                 node.est, node_id="t1", dest=dest, store_dir=tmp_path / "t1", objects=store, coord=None
             )
         assert info.value.code == "backup_below_log" and "tracker" in info.value.message
-        assert not (dest / "manifest.json").exists()
+        assert not dest.exists()  # created by the backup, removed with what it wrote
         # an out-of-service copy is refused before anything is written
         node.est.appliers["pages"].faulted = True
         with pytest.raises(estate.BackupFailed) as oos:
@@ -271,3 +341,18 @@ def _objects_cfg() -> Any:
     )
     assert cfg is not None, issues
     return cfg
+
+
+def test_backup_sentence_after_a_backup_taken_since_the_last_tick() -> None:
+    """The floor record predates a fresh backup: say the next tick uses it, not "no backup"."""
+    now = time.time() * 1e6
+    view: dict[str, Any] = {
+        "floors": {"tracker": {"floor": 3, "blocked_by": ["backup_floor"], "terms": {"backup_floor": 0}}},
+        "backups": [{"node": "n1", "verified": True, "taken_at": int(now - 14e6)}],
+        "retention": {"backup_max_age": 86400.0, "trim_tick": 300.0, "backup_owner": "ops"},
+    }
+    fresh = _backup_sentence(view) or ""
+    assert "blocked by backup_floor at its last tick" in fresh and "s old now exists" in fresh, fresh
+    assert "every 5m" in fresh and "No backup recent enough" not in fresh
+    view["backups"][0]["taken_at"] = int(now - 2 * 86400e6)
+    assert (_backup_sentence(view) or "").startswith("No backup recent enough")

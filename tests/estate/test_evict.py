@@ -108,7 +108,10 @@ async def test_judged_before_anything_is_written(inproc: Start, nats_server: Any
         await run_gesture(
             a.est, coord, action="evict", node="x", confirm="x", writer="a", gesture="hand-made"
         )
-    assert e.value.code == "invalid_op_id"
+    assert e.value.code == "op_id_invalid"
+    with pytest.raises(GestureRefused) as e:  # never from under its own API, even forced
+        await run_gesture(a.est, coord, action="evict", node="a", confirm="a", writer="a", force=True)
+    assert e.value.code == "self_evict"
     for domain in ("tracker", "pages"):
         assert await _gate_records(nats_server.url, domain) == 0
     forced = await run_gesture(

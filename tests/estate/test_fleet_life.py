@@ -184,6 +184,8 @@ def test_the_estate_over_time(fleet: Fleet, tmp_path: Path) -> None:
             every=1.0,
         )
     assert {x["outcome"] for x in ev["logs"]} == {"applied"}, ev
+    assert set(fleet.estate()["evicted"]) == {"tracker", "pages"}  # c, on both counted logs
+    assert all(set(n) == {"c"} for n in fleet.estate()["evicted"].values())
 
     # 3. the trim passes c's position (floor published, then the purge)
     floor = wait_for(
@@ -221,6 +223,7 @@ def test_the_estate_over_time(fleet: Fleet, tmp_path: Path) -> None:
             every=1.0,
         )
     assert {x["outcome"] for x in back["logs"]} == {"applied"}, back
+    assert fleet.estate()["evicted"] == {}
     c2.wait_ready(120)
     _write(fleet, "b", 5, "after c came back")
     digests = _digests_when_level(fleet, ["a", "b", "c"])

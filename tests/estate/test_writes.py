@@ -333,3 +333,34 @@ async def test_a_fresh_copy_replays_thousands_of_records(inproc: Start) -> None:
         f"\nreplayed {b.est.appliers['tracker'].applied} records in {elapsed:.2f} s "
         f"({b.est.appliers['tracker'].applied / elapsed:.0f} records/s, ~7 rows each)"
     )
+
+
+async def test_rows_keyed_to_a_lost_log_refuse_rather_than_drop_writes(
+    inproc: Start, nats_server: Any, tmp_path: Any
+) -> None:
+    """A restore onto a broker that lost its logs (an embedded node's lost disk): the rows'
+    checkpoint is past a recreated log. The copy refuses (``statelog_stream_recreated``), so no
+    write is acknowledged and then skipped as "already applied" (ES-90)."""
+    a = await inproc("a")
+    await seed(a, "ENG")
+    for i in range(5):
+        await _create(a, f"item {i}")
+    await stop_inproc(a)
+    nc = await nats.connect(nats_server.url)
+    try:
+        for stream in ("CREWLET_TRACKER_LOG", "CREWLET_PAGES_LOG"):
+            await nc.jetstream().delete_stream(stream)
+        with capture_logs() as logs:
+            est = await estate.open_estate(nc.jetstream(timeout=5.0), node_id="a", store_dir=tmp_path / "a")
+        try:
+            stopped = {e["domain"] for e in logs if e["event"] == "statelog_stream_recreated"}
+            assert stopped == {"tracker", "pages"}, logs
+            assert est.appliers["tracker"].copy_state() == "out_of_service"
+            ans = await est.service.serve(Call(op="work.create", args={"project": "ENG", "title": "lost?"}))
+            assert ans.status == "ran_nothing" and ans.reason == "not_serving", ans
+            info = await nc.jetstream().stream_info("CREWLET_TRACKER_LOG")
+            assert info.state.messages == 0  # nothing was appended, so nothing was acknowledged
+        finally:
+            await est.close()
+    finally:
+        await nc.close()

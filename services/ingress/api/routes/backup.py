@@ -4,14 +4,19 @@
   into ``PATH`` on its own host (:func:`shared.estate.take_backup`). The ingress role always sits on a
   data node (the pairing rule), so the route uses this node's own estate, ``ctx.extras["estate"]``; it
   never asks another node. Answers: 201 with the manifest; 422 ``invalid`` (field ``dir``) for a
-  missing or relative path, or one that is a file; 409 ``backup_destination_not_empty`` naming the
+  missing, repeated (``?dir=`` given twice: ambiguous) or relative path, one that is a file, one the
+  host cannot name (a component too long, an embedded NUL byte) or cannot write into (read-only, not
+  permitted); 507 ``backup_no_space`` when the destination's disk is full, before or midway (what the
+  backup wrote is removed); 409 ``backup_destination_not_empty`` naming the
   directory, ``backup_in_progress``, ``backup_below_log`` (the log was trimmed past the copy: no
   manifest); 503 ``estate_partition_not_served`` when a copy is out of service, ``not_ready`` before
   the estate is open, ``backup_hold_unavailable`` / ``objects_unavailable``; 502
   ``backup_object_missing`` / ``backup_object_corrupt`` naming the object and the file row naming it;
-  500 ``backup_copy_failed`` (integrity or schema check). Every failure leaves no manifest.
+  500 ``backup_copy_failed`` (integrity or schema check, another I/O failure, named). Bad input is
+  never a 500. Every failure leaves no manifest, and nothing the backup wrote.
 - ``GET /backups`` (grant ``state:read``): the ``backups`` coordination slot, one announcement per
-  node that took one: ``{"backups": [{"node", "taken_at", "dir", "owner", "verified", "positions"}]}``.
+  node that took one: ``{"backups": [{"node", "taken_at", "dir", "owner", "verified", "positions"}]}``;
+  ``dir`` is the resolved absolute path (``Path.resolve()``), not the path as typed.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from shared import estate, objects
 from shared.runtime import NodeContext, api_error, require_grant
@@ -37,7 +42,16 @@ def router(ctx: NodeContext) -> APIRouter:
     read = Depends(require_grant(ctx.cfg, "state:read"))
 
     @r.post("/backup", status_code=201, dependencies=[operate])
-    async def backup(dir: str | None = None) -> dict[str, Any]:  # noqa: A002 - the spec's parameter name
+    async def backup(request: Request, dir: str | None = None) -> dict[str, Any]:  # noqa: A002 - the spec's name
+        if len(request.query_params.getlist("dir")) > 1:
+            raise api_error(
+                422,
+                "invalid",
+                {
+                    "field": "dir",
+                    "message": "?dir= given more than once: ambiguous; give one absolute directory",
+                },
+            )
         if not dir:
             raise api_error(
                 422, "invalid", {"field": "dir", "message": "give ?dir=PATH: an absolute directory"}

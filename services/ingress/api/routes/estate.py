@@ -19,6 +19,7 @@ Answer::
      "floors": {domain: trim_floors record | null},
      "holds": [trim_holds records], "backups": [backups records],
      "alarms": [kind], "alarm_detail": {kind: {"since", "measurement", "remedy"}},
+     "evicted": {domain: {node: evicted-at µs}} (ES-51, from this node's copy),
      "retention": {the node's retention knobs in seconds / bytes},
      "unreadable": [slot names that could not be read]}
 
@@ -31,6 +32,7 @@ route answers 503.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from typing import Any
@@ -43,6 +45,7 @@ from shared import leases
 from shared.coordination import CoordinationUnavailable
 from shared.estate import DOMAINS, STREAMS
 from shared.estate._alarms import active_alarms
+from shared.estate._gates import evicted_since
 from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = ["REMEDY", "STALE_AFTER", "router"]
@@ -258,6 +261,11 @@ def router(ctx: NodeContext) -> APIRouter:
         rows = [_row(p, now, live) for p in await _positions(unreadable)]
         rows.sort(key=lambda x: (str(x["domain"]), str(x["node"])))
         kinds, detail = _alarms()
+        evicted: dict[str, dict[str, int]] = {}
+        est = ctx.extras.get("estate")
+        if est is not None:  # ES-51: who stands evicted, as this node's copy applied the gates
+            with contextlib.suppress(Exception):
+                evicted = await est.store.read(evicted_since)
         ret = ctx.cfg.retention
         tr = ctx.cfg.stream.tracker_retention
         return {
@@ -272,6 +280,7 @@ def router(ctx: NodeContext) -> APIRouter:
             "backups": await _records("backups", unreadable),
             "alarms": kinds,
             "alarm_detail": detail,
+            "evicted": {d: dict(sorted(n.items())) for d, n in sorted(evicted.items()) if n},
             "retention": {
                 "backup_floor": ret.backup_floor,
                 "backup_max_age": ret.backup_max_age,

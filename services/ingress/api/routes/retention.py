@@ -6,7 +6,7 @@ Both are an admin request to the data node this ingress sits on (ingress always 
 per counted log (see :mod:`shared.estate._evict`). Answers:
 
 - 200 ``{"gesture", "action", "node", "forced_unjudged", "logs": [{"log", "outcome", ...}]}``;
-- 409 with ``code`` ``node_live`` / ``below_floor`` (with the position, floor, first_seq,
+- 409 with ``code`` ``self_evict`` (a node never evicts itself: ask another data node) / ``node_live`` / ``below_floor`` (with the position, floor, first_seq,
   generation) / ``leases_unreadable``;
 - 422 for a bad node id, a ``confirm`` that does not repeat it, or an ``op_id`` the engine did not
   mint (``op_id_invalid``);
@@ -24,7 +24,7 @@ from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = ["router"]
 
-_STATUS = {"node_live": 409, "below_floor": 409, "leases_unreadable": 409}
+_STATUS = {"node_live": 409, "below_floor": 409, "leases_unreadable": 409, "self_evict": 409}
 
 
 def router(ctx: NodeContext) -> APIRouter:
@@ -37,13 +37,15 @@ def router(ctx: NodeContext) -> APIRouter:
             raise api_error(503, "estate unavailable", "this node's estate copy is not open")
         node = body.get("node")
         confirm = body.get("confirm", "")
-        if not isinstance(node, str) or not node:
-            raise api_error(422, "node missing", 'the body must name the node: {"node": ..., "confirm": ...}')
-        if not isinstance(confirm, str):
-            raise api_error(422, "confirm invalid", "confirm must be the node id, repeated")
+        force = body.get("force", False)
         op_id = body.get("op_id") or ""
-        if not isinstance(op_id, str):
-            raise api_error(422, "op_id invalid", "op_id must be a string (the gesture id to finish)")
+        if node is None or node == "":
+            raise api_error(422, "node_missing", 'the body must name the node: {"node": ..., "confirm": ...}')
+        for field, value, kind in (("node", node, str), ("confirm", confirm, str), ("op_id", op_id, str)):
+            if not isinstance(value, kind):
+                raise api_error(422, "invalid", f"{field} must be a string (got {type(value).__name__})")
+        if not isinstance(force, bool):
+            raise api_error(422, "invalid", f"force must be true or false (got {type(force).__name__})")
         try:
             return await run_gesture(
                 est,
@@ -52,7 +54,7 @@ def router(ctx: NodeContext) -> APIRouter:
                 node=node,
                 confirm=confirm,
                 writer=ctx.node_id,
-                force=bool(body.get("force", False)) and action == "evict",
+                force=force and action == "evict",
                 gesture=op_id,
             )
         except GestureRefused as e:
