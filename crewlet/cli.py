@@ -58,6 +58,7 @@ app.add_typer(retention_cli.app, name="retention")
 retention_cli.app.command("verify")(backup_cli.verify_command)
 retention_cli.app.command("evict")(gate_cli.evict_cmd)
 retention_cli.app.command("readmit")(gate_cli.readmit_cmd)
+retention_cli.app.command("ack")(gate_cli.ack_cmd)
 
 EXIT_INVALID = 2
 _NODE_KEYS = {

@@ -1,4 +1,4 @@
-"""``crewlet retention evict|readmit`` (ES-51): the operator's gate gestures, sent to one data node.
+"""``crewlet retention evict|readmit`` (ES-51) and ``ack`` (ES-49): operator gestures, sent to one data node.
 
 ``crewlet retention evict <node> --confirm <node> [--force] [--op-id ID] [--url U]`` and
 ``crewlet retention readmit <node> --confirm <node> [--op-id ID] [--url U]`` post to
@@ -25,7 +25,7 @@ import typer
 
 from shared.estate import mint_op_id
 
-__all__ = ["evict_cmd", "readmit_cmd"]
+__all__ = ["ack_cmd", "evict_cmd", "readmit_cmd"]
 
 Url = Annotated[str, typer.Option("--url", envvar="CREWLET_URL", help="A data node's base URL")]
 Token = Annotated[str, typer.Option("--token", envvar="CREWLET_API_TOKEN", help="API token")]
@@ -103,3 +103,37 @@ def readmit_cmd(
 ) -> None:
     """Count an evicted node again; refused while it is below a trim floor (ES-51)."""
     _gesture("readmit", node, confirm, False, op_id, url, token)
+
+
+def ack_cmd(
+    stream: Annotated[
+        str, typer.Option("--stream", "-stream", help="CREWLET_TRACKER_LOG or CREWLET_PAGES_LOG")
+    ],
+    position: Annotated[int, typer.Option("--position", "-position", help="Backed up through this sequence")],
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+) -> None:
+    """Say the log is backed up through POSITION (``retention.backup_floor: operator``, ES-49)."""
+    if not token:
+        _fail("no API token: set CREWLET_API_TOKEN or pass --token")
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(timeout=30.0) as client:
+            r = client.post(
+                f"{base}/retention/ack",
+                json={"stream": stream, "position": position},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+    except httpx.HTTPError as e:
+        _fail(f"cannot reach the node at {base}: {type(e).__name__}: {e}")
+    try:
+        answer = r.json()
+    except ValueError:
+        _fail(f"{base} answered {r.status_code}: {r.text[:500]}")
+    if r.status_code != 200:
+        detail = answer.get("detail", "")
+        _fail(
+            f"ack refused ({r.status_code} {answer.get('error', '')}): "
+            f"{detail if isinstance(detail, str) else json.dumps(detail)}"
+        )
+    typer.echo(f"{answer['stream']} acked as backed up through {answer['seq']}")

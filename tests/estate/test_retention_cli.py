@@ -9,6 +9,7 @@ unreachable node (exit 2).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -18,9 +19,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import nats
 import pytest
 
 from crewlet.retention_cli import human_bytes, problems
+from shared import coordination
+from shared.estate._trim import read_backup_floor
 from tests.support.procs import REPO, TOKEN, NatsServer, Node, free_port, node_file
 
 H = {"Authorization": f"Bearer {TOKEN}"}
@@ -210,6 +214,37 @@ def test_refused_token_and_unreachable_node_exit_2(node: Node) -> None:
     assert "cannot reach the node" in gone.stderr
     none = _cli("snapshots", url=node.url, token="")
     assert none.returncode == 2 and "no API token" in none.stderr
+
+
+def test_ack_records_the_operator_backup_floor_and_refuses_bad_input(node: Node, broker: NatsServer) -> None:
+    """``crewlet retention ack`` (ES-49): the operator's backup position, checked and never lowered;
+    the trim's ``backup_floor`` term reads it in ``operator`` mode."""
+    last = int(_estate(node)["logs"]["tracker"]["last_seq"])
+    assert last > 0
+    ok = _cli("ack", "--stream", "CREWLET_TRACKER_LOG", "--position", str(last), url=node.url)
+    assert ok.returncode == 0, ok.stderr
+    assert f"backed up through {last}" in ok.stdout
+    for args, words in (
+        (("--stream", "CREWLET_USAGE_LOG", "--position", "1"), "stream must be one of"),
+        (("--stream", "CREWLET_TRACKER_LOG", "--position", str(last + 1000)), "past"),
+        (("--stream", "CREWLET_TRACKER_LOG", "--position", "-1"), "at least 0"),
+        (("--stream", "CREWLET_TRACKER_LOG", "--position", "0"), "never moves down"),
+    ):
+        refused = _cli("ack", *args, url=node.url)
+        assert refused.returncode == 2, (args, refused.stdout)
+        assert words in refused.stderr, (args, refused.stderr)
+    weak = _cli("ack", "--stream", "CREWLET_TRACKER_LOG", "--position", str(last), url=node.url, token=WEAK)
+    assert weak.returncode == 2 and "403" in weak.stderr
+
+    async def term() -> Any:
+        nc = await nats.connect(broker.url)
+        try:
+            coord = await coordination.provision(nc.jetstream())
+            return await read_backup_floor(coord, "tracker", mode="operator", max_age=3600.0)
+        finally:
+            await nc.close()
+
+    assert asyncio.run(term()) == last
 
 
 def test_problem_lines_name_measurement_and_remedy() -> None:

@@ -1,4 +1,11 @@
-"""``POST /retention/evict`` and ``POST /retention/readmit`` (ES-51): the operator's gate gestures.
+"""``POST /retention/evict``, ``/retention/readmit`` (ES-51) and ``/retention/ack`` (ES-49): operator gestures.
+
+``POST /retention/ack`` with ``{"stream": "CREWLET_TRACKER_LOG", "position": 1234}`` records that the
+operator has the log backed up through ``position`` (``retention.backup_floor: operator``): the
+``trim_floors`` key ``ack.<domain>`` (``{"stream", "seq", "at", "by"}``), which the trim's
+``backup_floor`` term reads. Refused: a stream that is not a counted log (422 ``invalid``, naming
+the two), a position that is not a whole number ≥ 0 or is past the log's last record (422), and a
+position below the last ack (409 ``ack_lowered``: the term never moves down).
 
 Both are an admin request to the data node this ingress sits on (ingress always pairs with
 ``data``, FL-17), guarded by ``fleet:operate``. The body is ``{"node", "confirm", "force"?,
@@ -15,10 +22,15 @@ per counted log (see :mod:`shared.estate._evict`). Answers:
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 from fastapi import APIRouter, Body, Depends
 
+from shared import estate
+from shared.coordination import CoordinationUnavailable
+from shared.estate import DOMAINS, STREAMS
 from shared.estate._evict import GestureRefused, run_gesture
 from shared.runtime import NodeContext, api_error, require_grant
 
@@ -60,6 +72,38 @@ def router(ctx: NodeContext) -> APIRouter:
         except GestureRefused as e:
             detail: Any = {"message": e.detail, **e.facts} if e.facts else e.detail
             raise api_error(_STATUS.get(e.code, 422), e.code, detail) from None
+
+    @r.post("/retention/ack", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))])
+    async def ack(body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
+        est = ctx.extras.get("estate")
+        if est is None or ctx.coord is None:
+            raise api_error(503, "estate unavailable", "this node's estate copy or coordination is not open")
+        stream, position = body.get("stream"), body.get("position")
+        domains = {STREAMS[d]: d for d in DOMAINS}
+        if not isinstance(stream, str) or stream not in domains:
+            raise api_error(422, "invalid", f"stream must be one of {', '.join(sorted(domains))}")
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise api_error(422, "invalid", "position must be a whole number of at least 0")
+        domain = domains[stream]
+        try:
+            _first, last = await est.log.head(domain)
+        except estate.Refused as e:
+            raise api_error(503, e.refusal, str(e)) from None
+        if position > last:
+            raise api_error(422, "invalid", f"position {position} is past {stream}'s last record ({last})")
+        key = f"ack.{domain}"
+        try:
+            old = await ctx.coord.get("trim_floors", key)
+            prev = json.loads(old.value).get("seq", 0) if old is not None else 0
+            if isinstance(prev, int) and position < prev:
+                raise api_error(
+                    409, "ack_lowered", f"{stream} is acked through {prev}; an ack never moves down"
+                )
+            rec = {"stream": stream, "seq": position, "at": int(time.time() * 1_000_000), "by": ctx.node_id}
+            await ctx.coord.put("trim_floors", key, json.dumps(rec).encode())
+        except CoordinationUnavailable as e:
+            raise api_error(503, "coordination unavailable", str(e)) from None
+        return {"domain": domain, **rec}
 
     @r.post("/retention/evict", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))])
     async def evict(body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
