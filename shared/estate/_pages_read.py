@@ -1,19 +1,24 @@
 """Knowledge reads: page views, listings and the lexical search (CO-25, ES-60, ES-61, ES-65).
 
-Search ranks by SQLite FTS5 ``bm25()`` over title and body, the title weighted ×2 (CO-25), and
-returns ``{page_id, space, title, snippet (≤ 200 chars), score}``. Every search scans this node's
-whole index (ES-61: the corpus is small or the asker is a data node; the bucket split of ES-62 is P1).
+Search (issue 12, "Ranking people expect") matches pages holding at least one of the query's words
+and ranks them by class, best first: the query's text as typed (``don't``, ``20.04``), then its
+words as an exact phrase, then pages holding every word, then pages holding some; within a class
+by SQLite FTS5 ``bm25()`` over title and body, the title weighted ×2 (CO-25), then page id (the
+classes and the tokenizing are in :mod:`~shared.estate._fts`). It returns ``{page_id, space,
+title, snippet (≤ 200 chars), score}``. A query without a word (empty, blanks, punctuation only)
+is refused with one shape: ``InvalidField`` naming ``q``. Every search scans this node's whole
+index (ES-61: the corpus is small or the asker is a data node; the bucket split of ES-62 is P1).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from sqlalchemy import Connection, select
 
 from ._decide import iso
 from ._errors import InvalidField
+from ._fts import lexical_query
 from ._pages import find_page, space_by_key
 from ._schema import T_CONTAINERS, T_PAGES
 from ._store import raw_sql
@@ -87,21 +92,23 @@ def list_spaces(conn: Connection) -> list[dict[str, Any]]:
     ]
 
 
-def _match(query: str) -> str:
-    words = re.findall(r"\w+", query, flags=re.UNICODE)
-    if not words:
-        raise InvalidField("q", "give at least one word to search for")
-    return " OR ".join(f'"{w}"' for w in words[:32])
-
-
 def search_pages(conn: Connection, args: dict[str, Any]) -> list[dict[str, Any]]:
     """``search_knowledge{query, space?, limit ≤ 20 (5)}``: hits best first.
 
+    The ranking rule (issue 12, "Ranking people expect"): a page holding the query's text as typed
+    ranks above one holding its words as an exact phrase, which ranks above one holding every word
+    scattered, which ranks above one holding only some; within a class the BM25 relevance (title
+    ×2) decides, then the page id. A page repeating one word therefore never outranks the page
+    holding the phrase (``20.04``: "ubuntu 20.04" above "build 20 … 20 20 20").
+
     Returns:
-        ``[{page_id, space, title, snippet, score}]``; ``score`` is the BM25 relevance (higher is better).
+        ``[{page_id, space, title, snippet, score}]``; ``score`` is the page's BM25 relevance
+        (higher is better), which orders hits within a class only.
 
     Raises:
-        InvalidField: an empty query or a bad limit; NotFound: an unknown space.
+        InvalidField: naming ``q``: a query that is missing or holds no word (empty, blanks or
+            punctuation only, all refused alike); naming ``limit``: a bad limit.
+        NotFound: an unknown space.
     """
     query = args.get("query")
     if not isinstance(query, str):
@@ -109,17 +116,25 @@ def search_pages(conn: Connection, args: dict[str, Any]) -> list[dict[str, Any]]
     limit = args.get("limit", 5)
     if not isinstance(limit, int) or not 1 <= limit <= 20:
         raise InvalidField("limit", "must be 1..20")
+    lexical = lexical_query(query, field="q")
+    params: dict[str, Any] = {"q": lexical.some, "limit": limit}
+
+    def bind(value: str) -> str:
+        name = f"fts{len(params)}"
+        params[name] = value
+        return f":{name}"
+
+    rank = lexical.rank_sql("pages_fts", ("p.title", "p.body"), bind)
     sql = (
         "SELECT p.id, p.container, p.title, bm25(pages_fts, 0.0, 0.0, 2.0, 1.0) AS score, "
-        "snippet(pages_fts, 3, '', '', '…', 32) AS snip "
+        f"snippet(pages_fts, 3, '', '', '…', 32) AS snip, {rank} AS rank_class "
         "FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid "
         "WHERE pages_fts MATCH :q AND p.status = 'published'"
     )
-    params: dict[str, Any] = {"q": _match(query), "limit": limit}
     if args.get("space"):
         params["space"] = space_by_key(conn, str(args["space"])).key
         sql += " AND pages_fts.container = :space"
-    sql += " ORDER BY score, p.id LIMIT :limit"
+    sql += " ORDER BY rank_class, score, p.id LIMIT :limit"
     hits = []
     for r in raw_sql(conn, sql, **params):
         snippet = " ".join(str(r.snip or "").split())

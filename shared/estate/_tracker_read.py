@@ -1,9 +1,14 @@
-"""Tracker reads: work item views, listings, the catalogue and project listings (CO-24)."""
+"""Tracker reads: work item views, listings, the catalogue and project listings (CO-24).
+
+``list_work_items`` with ``text`` (``GET /work?text=``) ranks like the knowledge search (issue 12,
+"Ranking people expect"): items holding the text as typed, then the words as an exact phrase, then
+every word, then some word; BM25 over title (×2) and body within a class (see
+:mod:`~shared.estate._fts`). Without ``text`` (or with ``text=""``) the list is newest change first.
+"""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from sqlalchemy import Connection
@@ -11,6 +16,7 @@ from sqlalchemy import Connection
 from . import _sql as sql
 from ._decide import Rules, iso
 from ._errors import InvalidField
+from ._fts import lexical_query
 from ._tracker import PRIORITIES, STATUS_GROUPS, check_external, find_task, project_by_key, status_filter
 
 __all__ = ["catalogue", "comment_view", "get_item", "list_items", "list_projects", "task_view"]
@@ -120,13 +126,6 @@ def get_item(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _fts_query(text: str) -> str:
-    words = re.findall(r"\w+", text, flags=re.UNICODE)
-    if not words:
-        raise InvalidField("text", "give at least one word to search for")
-    return " OR ".join(f'"{w}"' for w in words[:32])
-
-
 def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     """``list_work_items``: the items matching every filter given (CO-24).
 
@@ -135,8 +134,16 @@ def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     statuses or groups; ``external`` is an exact basis (``github:186853002#1``, CO-35): at most one
     item has it. ``limit`` is 1..100 (default 20).
 
+    ``text`` keeps the items holding at least one of its words and ranks them (issue 12, "Ranking
+    people expect"): the text as typed in title or body first, then its words as an exact phrase,
+    then every word scattered, then some word; within a class BM25 over title (×2) and body, then
+    newest change, then key. So ``multi-agent`` lists "multi-agent orchestration" above "agent
+    agent agent". An empty ``text`` is no filter; a text without a word (blanks or punctuation
+    only, e.g. ``?!...``) is refused naming ``text``, the knowledge search's shape.
+
     Returns:
-        ``{"items": [...], "count": n, "limit": l, "offset": o}``, newest change first.
+        ``{"items": [...], "count": n, "limit": l, "offset": o}``: best match first with ``text``,
+        else newest change first.
 
     Raises:
         InvalidField, NotFound: a filter is malformed, or the project is unknown.
@@ -170,11 +177,24 @@ def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     if args.get("external") is not None:
         where.append("t.external = ?")
         params.append(check_external(args["external"]))
+    query = _TASK_SELECT
+    order = "t.updated_at DESC, t.key"
     if args.get("text"):
-        where.append("t.rowid IN (SELECT rowid FROM work_fts WHERE work_fts MATCH ?)")
-        params.append(_fts_query(str(args["text"])))
-    query = _TASK_SELECT + (" WHERE " + " AND ".join(where) if where else "")
-    query += " ORDER BY t.updated_at DESC, t.key LIMIT ? OFFSET ?"
+        lexical = lexical_query(str(args["text"]), field="text")
+        ranked: list[Any] = []
+
+        def bind(value: str) -> str:
+            ranked.append(value)
+            return "?"
+
+        rank = lexical.rank_sql("work_fts", ("work_fts.title", "work_fts.body"), bind)
+        query += (
+            f" JOIN (SELECT work_fts.rowid AS fts_rowid, bm25(work_fts, 0.0, 2.0, 1.0) AS fts_score, "
+            f"{rank} AS fts_class FROM work_fts WHERE work_fts MATCH ?) m ON m.fts_rowid = t.rowid"
+        )
+        params = [*ranked, lexical.some, *params]
+        order = "m.fts_class, m.fts_score, " + order
+    query += (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY {order} LIMIT ? OFFSET ?"
     items = [_task_dict(t, body=False) for t in sql.rows(conn, query, (*params, limit, offset))]
     return {"items": items, "count": len(items), "limit": limit, "offset": offset}
 

@@ -2,8 +2,10 @@
 
 ``GET /knowledge/search?q=`` answers ``{hits, searched, failed, state, sentence}``: ``state`` tells
 ``ok``, ``empty`` (nothing matched), ``building`` (the index here is not built yet) and ``failed``
-("could not be searched": no data node answered) apart. ``GET /knowledge/pages``,
-``GET /knowledge/pages/{id}``, ``GET /knowledge/spaces`` read (``state:read``);
+("could not be searched": no data node answered) apart; hits rank by the text as typed, the exact
+phrase, every word, some word, then BM25 (issue 12). A ``q`` without a word (empty, blanks or
+punctuation only) answers ``400 {"error": "invalid", "detail": {"field": "q", ...}}``, one shape.
+``GET /knowledge/pages``, ``GET /knowledge/pages/{id}``, ``GET /knowledge/spaces`` read (``state:read``);
 ``POST /knowledge/pages`` is ``write_page`` (create or update by id, else by space + title) and
 ``PUT /knowledge/pages/{id}`` updates one page (``knowledge:write``). A body over 1 MiB answers 413.
 """
@@ -57,7 +59,7 @@ def router(ctx: NodeContext) -> APIRouter:
 
     @r.get("/knowledge/search", dependencies=[read])
     async def search(
-        q: str = Query(..., min_length=1),
+        q: str = Query(...),  # "" is refused by the estate, as "?!..." is (issue 12): one shape
         space: str | None = None,
         limit: int = Query(5, ge=1, le=20),
         min_position: str | None = None,
