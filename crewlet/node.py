@@ -45,7 +45,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from shared import broker, control, coordination, leases, logs, objects, records, router, telemetry
+from shared import broker, control, coordination, history, leases, logs, objects, records, router, telemetry
 from shared.bus import Bus
 from shared.config import ALL_ROLES, NodeConfig
 from shared.errors import CrewletError, UsageError
@@ -345,6 +345,25 @@ async def _subscribe_nudge(ctx: NodeContext, reconciler: control.Reconciler) -> 
         return None
 
 
+async def _open_history(ctx: NodeContext) -> history.HistoryResponder | None:
+    """Answer history scatter reads for this node's turns and (on a data node) events (ES-79)."""
+    if ctx.link is None:
+        return None
+
+    responder = history.HistoryResponder(  # looked up per read: the data role opens its log later
+        ctx.link.nc,
+        node_id=ctx.node_id,
+        turns=lambda: ctx.extras.get("turns"),
+        events=lambda: ctx.extras.get("events"),
+    )
+    try:
+        await responder.start()
+    except Exception as e:  # noqa: BLE001 - logged: the node still answers its own ingress
+        _log.warning("history_scatter_subscribe_failed", error=f"{type(e).__name__}: {e}")
+        return None
+    return responder
+
+
 async def run_node(
     cfg: NodeConfig, company: Any = None, *, company_dir: str = ".", import_company: Any = None
 ) -> int:
@@ -436,6 +455,7 @@ async def run_node(
     watch_task: asyncio.Task[None] | None = None
     reconciler: control.Reconciler | None = None
     nudge_sub: Any = None
+    scatter: history.HistoryResponder | None = None
     started: list[RoleService] = []
     code = 0
     try:
@@ -456,6 +476,7 @@ async def run_node(
             )
             await presence.start()
             ctx.extras["turns"] = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
+            scatter = await _open_history(ctx)  # ES-79: this node's share of fleet history reads
             await _open_bus(ctx)
             reconciler = await _open_control(ctx, roles, presence)
             await reconciler.boot(  # FL-109: what the fleet runs, applied once before the roles start
@@ -532,6 +553,8 @@ async def run_node(
     if callable(flush):
         with contextlib.suppress(Exception):
             flush()
+    if scatter is not None:
+        await scatter.stop()
     if ctx.coord is not None:
         await ctx.coord.close()
     turns = ctx.extras.get("turns")

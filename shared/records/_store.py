@@ -3,7 +3,8 @@
 One SQLite file per node under ``store.dir`` (``node.db``), separate from the replicated estate:
 turn history is node-local and outlives the node only through OTLP export (FL-6, ES-80). The
 :class:`TurnStore` implements the turn engine's recorder protocol (``shared.turns.TurnRecorder``)
-and answers ``GET /turns``, ``GET /turns/{id}`` and ``GET /tokens/breakdown``.
+and answers this node's share of ``GET /turns``, ``GET /turns/{id}`` and ``GET /tokens/breakdown``,
+which an ingress gathers from every live node (``shared.history``, ES-79).
 
 Rows: one ``turns`` row per execution (filterable columns plus the whole record as JSON: its
 phase, rounds with token counts, tool executions and prompts). Token rollups per work item,

@@ -1,11 +1,19 @@
-"""``GET /events``, ``/events/{id}``, ``/events/trace/{trace_id}``: this data node's event log (ES-77).
+"""``GET /events``, ``/events/{id}``, ``/events/trace/{trace_id}``: the fleet's event logs (ES-77, ES-79).
+
+Each data node keeps the events it published (ES-77). These routes, on any ingress node, ask every
+live data node at once (``crewlet.history.scatter.<node_id>``; this node in-process when it keeps a
+log) and wait at most the read budget (5 s); events merge by ``(event_time, event_id)``. Every answer
+carries ``coverage`` (``answered``, ``missing`` with ``reasons``, ``other_version``, ``partial``); a
+missing node raises the ``history_partial`` alarm. 503 ``events_unavailable`` when no live node keeps
+an event log.
 
 ``GET /events`` pages newest first (CO-27 ``audit:read``); a trace answers at most 500 events, oldest first.
 
-Keyset paging: pass the previous answer's ``next`` as ``before``. ``limit`` is 1..400 (default 100).
-Filters: ``event_type``, ``source``, ``category``, ``agent_id``, ``agent_role``, ``task_id``,
-``channel_id``, ``sender``, ``trace_id``. Ingress always runs beside ``data`` (FL-17), so the log is
-this node's own.
+Keyset paging: pass the previous answer's ``next`` as ``before`` (the cursor is a fleet-wide
+``<event_time>:<event_id>``, so every node pages from the same place). ``limit`` is 1..400 (default
+100). Filters: ``event_type``, ``source``, ``category``, ``agent_id``, ``agent_role``, ``task_id``,
+``channel_id``, ``sender``, ``trace_id``. ``GET /events/{id}`` answers 404 only when every live data
+node answered and none has it; 503 ``history_partial`` with the coverage while one that might is missing.
 """
 
 from __future__ import annotations
@@ -14,17 +22,28 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
-from shared import estate
+from shared import estate, history
 from shared.runtime import NodeContext, api_error, require_grant
 
+from ._scatter import Scattered, scatter
 from .work import estate_http_error
 
 __all__ = ["router"]
 
 
+def _unavailable() -> Exception:
+    return api_error(503, "events_unavailable", "no live node keeps an event log (no data node, or booting)")
+
+
 def router(ctx: NodeContext) -> APIRouter:
     """Build the event log route."""
     r = APIRouter(tags=["events"])
+
+    async def ask(what: str, args: dict[str, Any]) -> Scattered:
+        got = await scatter(ctx, what, args)
+        if not got.holders:
+            raise _unavailable()
+        return got
 
     @r.get("/events", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
     async def list_events(
@@ -40,11 +59,6 @@ def router(ctx: NodeContext) -> APIRouter:
         sender: str | None = None,
         trace_id: str | None = None,
     ) -> dict[str, Any]:
-        log = ctx.extras.get("events")
-        if not isinstance(log, estate.EventLog):
-            raise api_error(
-                503, "events_unavailable", "this node keeps no event log (no data role, or booting)"
-            )
         filters = {
             k: v
             for k, v in {
@@ -60,32 +74,54 @@ def router(ctx: NodeContext) -> APIRouter:
             }.items()
             if v is not None
         }
-        try:
-            page = await log.query(limit=limit, before=before, filters=filters)
-        except estate.EstateError as e:
-            raise estate_http_error(e) from None
-        return {**page, "node": ctx.node_id}
-
-    def log_of() -> estate.EventLog:
-        log = ctx.extras.get("events")
-        if not isinstance(log, estate.EventLog):
-            raise api_error(
-                503, "events_unavailable", "this node keeps no event log (no data role, or booting)"
-            )
-        return log
+        if before:
+            t, sep, _ = before.partition(":")
+            if not sep or not t.isdigit():
+                raise estate_http_error(estate.InvalidField("before", "is not a cursor from a previous page"))
+        got = await ask("events", {"limit": limit, "before": before, "filters": filters})
+        rows, more = history.merge_rows("events", got.answers, limit=limit)
+        last = rows[-1] if rows else None
+        return {
+            "events": rows,
+            "next": f"{last['event_time']}:{last['event_id']}" if more and last else None,
+            "node": ctx.node_id,
+            "coverage": got.coverage_dict(),
+        }
 
     @r.get("/events/trace/{trace_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
     async def trace(trace_id: str) -> dict[str, Any]:
-        page = await log_of().query(
-            limit=estate.TRACE_LIMIT, max_limit=estate.TRACE_LIMIT, filters={"trace_id": trace_id}
-        )
-        return {"trace_id": trace_id, "events": list(reversed(page["events"])), "node": ctx.node_id}
+        got = await ask("trace", {"trace_id": trace_id})
+        rows, _ = history.merge_rows("trace", got.answers, limit=estate.TRACE_LIMIT)
+        return {
+            "trace_id": trace_id,
+            "events": list(reversed(rows)),
+            "node": ctx.node_id,
+            "coverage": got.coverage_dict(),
+        }
 
     @r.get("/events/{event_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
     async def one(event_id: str) -> dict[str, Any]:
-        ev = await log_of().get(event_id)
-        if ev is None:
-            raise api_error(404, "not_found", {"what": "event", "key": event_id})
-        return ev
+        got = await ask("event", {"event_id": event_id})
+        found = [
+            row
+            for node in sorted(got.answers)
+            for row in got.answers[node].get("rows") or []
+            if isinstance(row, dict)
+        ]
+        if found:  # the newest row with that id, as one log's read answers
+            newest = max(found, key=lambda row: history.row_key("event", row))
+            return {**newest, "coverage": got.coverage_dict()}
+        if got.coverage.missing or got.coverage.other_version:
+            raise api_error(
+                503,
+                "history_partial",
+                {
+                    "message": f"no event {event_id!r} on the nodes that answered; "
+                    f"{', '.join(sorted(got.coverage.missing + got.coverage.other_version))} may hold it",
+                    "coverage": got.coverage_dict(),
+                },
+                headers={"Retry-After": "5"},
+            )
+        raise api_error(404, "not_found", {"what": "event", "key": event_id})
 
     return r

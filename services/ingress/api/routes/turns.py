@@ -1,7 +1,15 @@
-"""``GET /turns``, ``GET /turns/{id}``, ``GET /tokens/breakdown`` from this node's records (CO-20, CO-22).
+"""``GET /turns``, ``GET /turns/{id}``, ``GET /tokens/breakdown`` across the fleet (CO-20, CO-22, ES-79).
 
-Turn history is node-local (DESIGN.md "Stores"): a node answers for the turns it ran. In a fleet
-the turns of other nodes are read from their own ingress, or from the OTLP sink (FL-6).
+Each node keeps the turns it ran (DESIGN.md "Stores": ``node.db``). These routes, on any ingress
+node, ask every live node at once (``crewlet.history.scatter.<node_id>``; this node in-process) and
+wait at most the read budget (5 s); rows merge newest first by ``(started_at, turn_id)`` (or most
+tokens first with ``sort=-tokens``) within ``limit``, token rollups are summed. Every answer carries
+``coverage``: ``answered``, ``missing`` (live nodes that did not answer in time; ``reasons`` says
+why), ``other_version`` (nodes on another history-protocol version, listed without rows) and
+``partial``; a missing node raises the ``history_partial`` alarm. ``GET /turns/{id}`` answers 404
+only when every live node answered and none has the turn; while a node that might have it is
+missing it answers 503 ``history_partial`` with the coverage. A node drained for good takes its turns
+with it (ES-80): they are read from the OTLP sink (FL-6).
 """
 
 from __future__ import annotations
@@ -10,8 +18,10 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 
-from shared.records import TurnStore
+from shared import history
 from shared.runtime import NodeContext, api_error, require_grant
+
+from ._scatter import scatter
 
 __all__ = ["router"]
 
@@ -19,14 +29,6 @@ __all__ = ["router"]
 def router(ctx: NodeContext) -> APIRouter:
     """Build the turn-record routes."""
     r = APIRouter(tags=["turns"])
-
-    def store() -> TurnStore:
-        s = ctx.extras.get("turns")
-        if not isinstance(s, TurnStore):
-            raise api_error(
-                503, "not_ready", "the node's records are not open yet", headers={"Retry-After": "5"}
-            )
-        return s
 
     @r.get("/turns", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
     async def list_turns(
@@ -37,24 +39,44 @@ def router(ctx: NodeContext) -> APIRouter:
         limit: int = Query(50, ge=1, le=500),
         sort: Literal["-started", "-tokens"] = "-started",
     ) -> dict[str, Any]:
-        rows = await store().list(
-            filters={"seat": seat, "work_item": work_item, "work_key": work_key, "outcome": outcome},
-            limit=limit,
-            sort=sort,
+        filters = {"seat": seat, "work_item": work_item, "work_key": work_key, "outcome": outcome}
+        got = await scatter(
+            ctx, "turns", {"filters": {k: v for k, v in filters.items() if v}, "limit": limit, "sort": sort}
         )
-        return {"node": ctx.node_id, "turns": rows, "count": len(rows)}
+        rows, _ = history.merge_rows("turns", got.answers, limit=limit, sort=sort)
+        return {"node": ctx.node_id, "turns": rows, "count": len(rows), "coverage": got.coverage_dict()}
 
     @r.get("/turns/{turn_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
     async def get_turn(turn_id: str) -> dict[str, Any]:
-        row = await store().get(turn_id)
-        if row is None:
+        got = await scatter(ctx, "turn", {"turn_id": turn_id})
+        for node in sorted(got.answers):
+            rows = got.answers[node].get("rows") or []
+            if rows and isinstance(rows[0], dict):
+                return {**rows[0], "coverage": got.coverage_dict()}
+        if got.coverage.missing or got.coverage.other_version:
             raise api_error(
-                404, "unknown_turn", f"turn_id: no turn {turn_id!r} recorded on node {ctx.node_id}"
+                503,
+                "history_partial",
+                {
+                    "message": f"turn_id: no turn {turn_id!r} on the nodes that answered; "
+                    f"{', '.join(sorted(got.coverage.missing + got.coverage.other_version))} "
+                    "did not answer (or speak another history version) and may hold it",
+                    "coverage": got.coverage_dict(),
+                },
+                headers={"Retry-After": "5"},
             )
-        return row
+        return _unknown(turn_id, got.coverage.answered)
+
+    def _unknown(turn_id: str, answered: list[str]) -> dict[str, Any]:
+        raise api_error(
+            404,
+            "unknown_turn",
+            f"turn_id: no turn {turn_id!r} recorded on any live node ({', '.join(sorted(answered))})",
+        )
 
     @r.get("/tokens/breakdown", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
     async def tokens(days: int = Query(30, ge=1, le=366)) -> dict[str, Any]:
-        return await store().token_breakdown(days=days)
+        got = await scatter(ctx, "tokens", {"days": days})
+        return {"node": ctx.node_id, **history.merge_tokens(got.answers), "coverage": got.coverage_dict()}
 
     return r
