@@ -104,7 +104,10 @@ def test_tracker_round_trip_and_refusals(api: httpx.Client) -> None:
     assert [h["kind"] for h in full["history"]] == ["created", "updated", "commented"]
     listed = api.get("/work", params={"project": "ENG", "status_group": "active"}).json()
     assert key in [i["key"] for i in listed["items"]]
-    assert listed["read"]["level"] == "stale" and listed["read"]["lag"] == {"records": 0}  # ES-25
+    # ES-25: a stale read says its level and its lag in records (the node's own seats may append
+    # meanwhile, so a record or two may be in flight: the figure is reported, not promised zero)
+    assert listed["read"]["level"] == "stale" and set(listed["read"]["lag"]) == {"records"}
+    assert 0 <= listed["read"]["lag"]["records"] <= 5
     # Bad input: each refusal names its field; nothing is written.
     assert api.get("/work/eng-1").json() == {
         "error": "invalid",
