@@ -74,8 +74,8 @@ def list_pages(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     offset = args.get("offset", 0)
     if not isinstance(limit, int) or not 1 <= limit <= 500:
         raise InvalidField("limit", "must be 1..500")
-    if not isinstance(offset, int) or offset < 0:
-        raise InvalidField("offset", "must be ≥ 0")
+    if not isinstance(offset, int) or not 0 <= offset <= 1_000_000_000:
+        raise InvalidField("offset", "must be 0..1000000000")
     q = select(T_PAGES)
     if args.get("space"):
         q = q.where(T_PAGES.c.container == space_by_key(conn, str(args["space"])).key)

@@ -152,8 +152,8 @@ def list_items(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
     offset = args.get("offset", 0)
     if not isinstance(limit, int) or not 1 <= limit <= 100:
         raise InvalidField("limit", "must be 1..100")
-    if not isinstance(offset, int) or offset < 0:
-        raise InvalidField("offset", "must be ≥ 0")
+    if not isinstance(offset, int) or not 0 <= offset <= 1_000_000_000:
+        raise InvalidField("offset", "must be 0..1000000000")
     where: list[str] = []
     params: list[Any] = []
     if args.get("project"):

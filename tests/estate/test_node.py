@@ -190,6 +190,10 @@ def test_an_empty_and_a_wordless_query_answer_one_error_shape(api: httpx.Client)
     assert wordless.status_code == 400 and wordless.json()["error"] == "invalid"
     assert wordless.json()["detail"]["field"] == "text"
     assert wordless.json()["detail"]["message"] == bodies[0]["detail"]["message"]
+    # an offset past what SQLite holds is bad input (4xx naming it), never a 503 to retry
+    for path, params in (("/work", {"text": "x"}), ("/knowledge/pages", {})):
+        huge = api.get(path, params={**params, "offset": str(2**63)})
+        assert huge.status_code in (400, 422) and "offset" in huge.text, (path, huge.text)
 
 
 def test_page_limits_and_conflicts(api: httpx.Client) -> None:

@@ -23,6 +23,9 @@ from shared.runtime import NodeContext, api_error, require_grant
 
 from .work import estate_http_error, read_level_of
 
+MAX_OFFSET = 1_000_000_000
+"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 422, never a 503)."""
+
 __all__ = ["router"]
 
 
@@ -82,7 +85,7 @@ def router(ctx: NodeContext) -> APIRouter:
     async def pages(
         space: str | None = None,
         limit: int = Query(50, ge=1, le=500),
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET),
         read_level: str = "stale",
         min_position: str | None = None,
     ) -> dict[str, Any]:

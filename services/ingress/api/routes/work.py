@@ -30,6 +30,9 @@ from shared.bus import BusUnavailable, wake_envelope
 from shared.router import EstateRouter, NobodyAnswered, RouterError, router_of
 from shared.runtime import NodeContext, api_error, require_grant
 
+MAX_OFFSET = 1_000_000_000
+"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 422, never a 503)."""
+
 __all__ = ["estate_http_error", "read_level_of", "router"]
 
 
@@ -171,7 +174,7 @@ def router(ctx: NodeContext) -> APIRouter:
         text: str | None = None,
         external: str | None = None,
         limit: int = Query(20, ge=1, le=100),
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=MAX_OFFSET),
         read_level: str = "stale",
         min_position: str | None = None,
     ) -> dict[str, Any]:
