@@ -7,8 +7,10 @@ that received it, so the seat's turn joins the same trace (CO-21).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,6 +51,10 @@ class Claim:
                 await ctx.coord.delete("claims", self.key)
 
 
+CLAIM_SETTLE = 2.0
+"""Seconds a claim whose create met an unsettled bucket keeps re-reading before it fails open."""
+
+
 async def _claim_owner(ctx: NodeContext, key: str) -> str | None:
     """The nonce of whoever holds ``key`` in ``claims``, or None when absent or unknown."""
     assert ctx.coord is not None
@@ -68,24 +74,38 @@ async def claim_delivery(ctx: NodeContext, key: str) -> Claim:
     """Claim an inbound delivery id once, fleet-wide (FL-122); fails open when unknown (FL-33).
 
     A create whose outcome is unknown may have landed (infra-facts §3): it is re-read before
-    deciding duplicate or not.
+    deciding duplicate or not. A create refused because the bucket's leader holds an uncommitted
+    proposal (10164, reported as "unavailable") is what a *concurrent* claim of the same id at
+    another ingress node looks like: the key is re-read for up to :data:`CLAIM_SETTLE` seconds,
+    and the create tried again, before failing open — so the same delivery posted to two nodes at
+    once is accepted once (seen in CI: both nodes accepted it while the first create was in flight).
     """
     if ctx.coord is None:
         return Claim(key, duplicate=False, held=False)
     nonce = uuid.uuid4().hex
-    try:
-        await ctx.coord.create("claims", key, json.dumps({"node": ctx.node_id, "nonce": nonce}).encode())
-        return Claim(key, duplicate=False, held=True)
-    except RevisionConflict:
-        return Claim(key, duplicate=True, held=False)
-    except OutcomeUnknown:
-        owner = await _claim_owner(ctx, key)
-        if owner is not None and owner != nonce:
+    value = json.dumps({"node": ctx.node_id, "nonce": nonce}).encode()
+    deadline = time.monotonic() + CLAIM_SETTLE
+    delay = 0.05
+    while True:
+        try:
+            await ctx.coord.create("claims", key, value)
+            return Claim(key, duplicate=False, held=True)
+        except RevisionConflict:
             return Claim(key, duplicate=True, held=False)
-        return Claim(key, duplicate=False, held=owner == nonce)
-    except CoordinationUnavailable as e:
-        _log.warning("delivery_claim_unknown", key=key, error=str(e))
-        return Claim(key, duplicate=False, held=False)
+        except OutcomeUnknown:
+            owner = await _claim_owner(ctx, key)
+            if owner is not None and owner != nonce:
+                return Claim(key, duplicate=True, held=False)
+            return Claim(key, duplicate=False, held=owner == nonce)
+        except CoordinationUnavailable as e:
+            owner = await _claim_owner(ctx, key)
+            if owner is not None:  # someone's create landed meanwhile (or ours did)
+                return Claim(key, duplicate=owner != nonce, held=owner == nonce)
+            if time.monotonic() + delay > deadline:
+                _log.warning("delivery_claim_unknown", key=key, error=str(e))
+                return Claim(key, duplicate=False, held=False)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.4)
 
 
 def admit_work(ctx: NodeContext) -> None:
