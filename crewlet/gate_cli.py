@@ -38,6 +38,31 @@ def _fail(line: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _post(
+    url: str, token: str, path: str, body: dict[str, Any], *, what: str, timeout: float, unreached: str = ""
+) -> Any:
+    """POST ``body`` to ``path`` on the node; return the 200 answer or exit 2 naming why not."""
+    if not token:
+        _fail("no API token: set CREWLET_API_TOKEN or pass --token")
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            r = client.post(base + path, json=body, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as e:
+        _fail(f"cannot reach the node at {base}: {type(e).__name__}: {e}{unreached}")
+    try:
+        answer = r.json()
+    except ValueError:
+        _fail(f"{base} answered {r.status_code}: {r.text[:500]}")
+    if r.status_code != 200:
+        detail = answer.get("detail", "")
+        _fail(
+            f"{what} refused ({r.status_code} {answer.get('error', '')}): "
+            f"{detail if isinstance(detail, str) else json.dumps(detail)}"
+        )
+    return answer
+
+
 def _gesture(action: str, node: str, confirm: str, force: bool, op_id: str, url: str, token: str) -> None:
     if not token:
         _fail("no API token: set CREWLET_API_TOKEN or pass --token")
@@ -46,26 +71,15 @@ def _gesture(action: str, node: str, confirm: str, force: bool, op_id: str, url:
     body: dict[str, Any] = {"node": node, "confirm": confirm, "op_id": gesture}
     if force:
         body["force"] = True
-    base = url.rstrip("/")
-    try:
-        with httpx.Client(timeout=90.0) as client:
-            r = client.post(
-                f"{base}/retention/{action}", json=body, headers={"Authorization": f"Bearer {token}"}
-            )
-    except httpx.HTTPError as e:
-        _fail(
-            f"cannot reach the node at {base}: {type(e).__name__}: {e} (the gesture may have started: rerun)"
-        )
-    try:
-        answer = r.json()
-    except ValueError:
-        _fail(f"{base} answered {r.status_code}: {r.text[:500]}")
-    if r.status_code != 200:
-        detail = answer.get("detail", "")
-        _fail(
-            f"{action} {node} refused ({r.status_code} {answer.get('error', '')}): "
-            f"{detail if isinstance(detail, str) else json.dumps(detail)}"
-        )
+    answer = _post(
+        url,
+        token,
+        f"/retention/{action}",
+        body,
+        what=f"{action} {node}",
+        timeout=90.0,
+        unreached=" (the gesture may have started: rerun)",
+    )
     pending = False
     for part in answer.get("logs", []):
         where = f" at {part['position']}" if part.get("position") else ""
@@ -114,26 +128,7 @@ def ack_cmd(
     token: Token = "",
 ) -> None:
     """Say the log is backed up through POSITION (``retention.backup_floor: operator``, ES-49)."""
-    if not token:
-        _fail("no API token: set CREWLET_API_TOKEN or pass --token")
-    base = url.rstrip("/")
-    try:
-        with httpx.Client(timeout=30.0) as client:
-            r = client.post(
-                f"{base}/retention/ack",
-                json={"stream": stream, "position": position},
-                headers={"Authorization": f"Bearer {token}"},
-            )
-    except httpx.HTTPError as e:
-        _fail(f"cannot reach the node at {base}: {type(e).__name__}: {e}")
-    try:
-        answer = r.json()
-    except ValueError:
-        _fail(f"{base} answered {r.status_code}: {r.text[:500]}")
-    if r.status_code != 200:
-        detail = answer.get("detail", "")
-        _fail(
-            f"ack refused ({r.status_code} {answer.get('error', '')}): "
-            f"{detail if isinstance(detail, str) else json.dumps(detail)}"
-        )
+    answer = _post(
+        url, token, "/retention/ack", {"stream": stream, "position": position}, what="ack", timeout=30.0
+    )
     typer.echo(f"{answer['stream']} acked as backed up through {answer['seq']}")

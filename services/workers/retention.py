@@ -25,6 +25,7 @@ an evicted node keeps pinning the log until a node holding a copy runs the duty.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -321,7 +322,8 @@ class Retention:
 
     async def _note_first(self, domain: str, first_seq: int) -> None:
         """Refresh ``first_seq`` in the floor record after a purge (best effort: status display only)."""
-        try:
+        # a lost race or an unreadable store only delays the display: the next tick writes it again
+        with contextlib.suppress(CoordinationUnavailable, RevisionConflict, OutcomeUnknown):
             entry = await self._coord.get("trim_floors", domain)
             row = decode_record(entry.value) if entry is not None else None
             if entry is None or row is None or int(row.get("first_seq") or 0) >= first_seq:
@@ -333,8 +335,6 @@ class Retention:
                 json.dumps(row, separators=(",", ":"), sort_keys=True).encode(),
                 revision=entry.revision,
             )
-        except (CoordinationUnavailable, RevisionConflict, OutcomeUnknown):
-            pass
 
     async def tick(
         self, *, now_us: int | None = None, excluded: Iterable[str] = ()

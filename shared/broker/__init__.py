@@ -3,6 +3,7 @@
 from ._connect import MIN_MAX_PAYLOAD, BrokerLink, connect, open_broker, wait_jetstream
 from ._embedded import EmbeddedBroker, nats_server_binary, render_server_config
 from ._errors import BrokerError, BrokerRefused, BrokerUnreachable, EmbeddedBrokerFailed
+from ._responder import Responder
 
 __all__ = [
     "MIN_MAX_PAYLOAD",
@@ -12,6 +13,7 @@ __all__ = [
     "BrokerUnreachable",
     "EmbeddedBroker",
     "EmbeddedBrokerFailed",
+    "Responder",
     "connect",
     "nats_server_binary",
     "open_broker",

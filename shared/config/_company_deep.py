@@ -26,9 +26,11 @@ class DeepChecks:
         self.issues: list[Issue] = []
 
     def add(self, path: str, kind: IssueType, message: str) -> None:
+        """Record one error at ``path`` (a dotted key path of the company document)."""
         self.issues.append(Issue(self.file, path, kind, message))
 
     def run(self) -> list[Issue]:
+        """Run every check below in order and return the issues found (errors; empty when sound)."""
         self.providers()
         self.roles()
         self.unit_keys()
@@ -44,6 +46,7 @@ class DeepChecks:
         return at if isinstance(at, dict) else None
 
     def providers(self) -> None:
+        """``providers.llm``: at least one provider (CO-3), each entry well formed."""
         llm = self._mapping("providers", "llm")
         if llm is not None and not llm and not self.compat:
             self.add("providers.llm", "missing", "declare at least one LLM provider (CO-3)")
@@ -88,6 +91,7 @@ class DeepChecks:
                     self._llm_refs(item, join_path(path, phase))
 
     def roles(self) -> None:
+        """Each role's ``llm`` / ``llm_review`` names a declared provider (CO-3, CO-9)."""
         for role in self.org.roles:
             self._llm_refs(role.data.get("llm"), f"{role.path}.llm")
             self._llm_refs(role.data.get("llm_review"), f"{role.path}.llm_review")
@@ -145,6 +149,7 @@ class DeepChecks:
         return {s["name"] for s in items if isinstance(s, dict) and isinstance(s.get("name"), str)}
 
     def unit_keys(self) -> None:
+        """No two units claim the same tracker project or knowledge space key (CO-1)."""
         for attr in ("project", "space"):
             first: dict[str, str] = {}
             for unit in self.org.units:
@@ -181,6 +186,7 @@ class DeepChecks:
             )
 
     def webhooks(self) -> None:
+        """``integrations.webhooks``: unique sources, each well formed (CO-34)."""
         hooks = self._mapping("integrations")
         items = hooks.get("webhooks") if hooks else None
         first: dict[str, int] = {}
@@ -211,6 +217,7 @@ class DeepChecks:
                 )
 
     def mcp_servers(self) -> None:
+        """``mcp_servers``: unique names; a stdio server needs a command, an http one a url (FL-57/58)."""
         items = self.data.get("mcp_servers")
         seen: set[str] = set()
         for i, server in enumerate(items if isinstance(items, list) else []):
@@ -229,6 +236,7 @@ class DeepChecks:
                 self.add(f"{path}.url", "missing", "an http server needs a url")
 
     def tracker_types(self) -> None:
+        """``tracker.types``: each slug declared once."""
         tracker = self._mapping("tracker")
         items = tracker.get("types") if tracker else None
         seen: set[str] = set()

@@ -7,15 +7,13 @@ opens its event log answers event reads once it is open.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from shared import logs
+from shared.broker import Responder
 from shared.estate import EventLog
 from shared.records import TurnStore
 
@@ -26,7 +24,7 @@ __all__ = ["HistoryResponder"]
 _log = logs.get("history")
 
 
-class HistoryResponder:
+class HistoryResponder(Responder):
     """Answers this node's share of history reads over the node's one connection.
 
     Args:
@@ -44,23 +42,13 @@ class HistoryResponder:
         turns: Callable[[], object],
         events: Callable[[], object],
     ) -> None:
-        self._nc = nc
+        super().__init__(nc, scatter_subject(node_id))
         self._node = node_id
         self._turns = turns
         self._events = events
-        self._sub: Subscription | None = None
-        self._inflight: set[asyncio.Task[None]] = set()
 
-    async def start(self) -> None:
-        """Subscribe to ``crewlet.history.scatter.<node_id>`` (no queue group: the asker chose this node)."""
-        self._sub = await self._nc.subscribe(scatter_subject(self._node), cb=self._on_msg)
-
-    async def _on_msg(self, msg: Msg) -> None:
-        task = asyncio.create_task(self._answer(msg))
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-
-    async def _answer(self, msg: Msg) -> None:
+    async def answer(self, msg: Msg) -> None:
+        """Answer one history read from this node's records (see :func:`answer_request`)."""
         try:
             req = decode(msg.data)
         except ValueError as e:
@@ -80,7 +68,7 @@ class HistoryResponder:
         if not msg.reply:
             return
         data = encode(ans)
-        limit = max(self._nc.max_payload - 1024, 1024)
+        limit = self.payload_limit
         rows = ans.get("rows")
         while len(data) > limit and isinstance(rows, list) and len(rows) > 1:
             # too big for one message: send the newest half and say there is more (the merge then
@@ -96,14 +84,8 @@ class HistoryResponder:
                     "error": {"code": "too_large", "message": f"the answer is over {limit} bytes"},
                 }
             )
-        with contextlib.suppress(Exception):
-            await msg.respond(data)
+        await self.respond(msg, data)
 
     async def stop(self, *, grace: float = 5.0) -> None:
         """Stop answering, then wait up to ``grace`` seconds for the answers in hand."""
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
-        if self._inflight:
-            await asyncio.wait(set(self._inflight), timeout=grace)
+        await super().stop(grace=grace)

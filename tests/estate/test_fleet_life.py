@@ -148,8 +148,8 @@ def _digests_when_level(fleet: Fleet, names: list[str], timeout: float = 60.0) -
                     n: asyncio.run(_ask(fleet.cluster.urls, n, "estate.digest")).result["digest"]["sha256"]
                     for n in names
                 }
-        except (TypeError, KeyError, nats.errors.Error, TimeoutError):
-            pass
+        except (TypeError, KeyError, nats.errors.Error, TimeoutError) as e:
+            positions = {"unanswered": repr(e)}  # a node still booting or adopting: ask again
         time.sleep(0.5)
     raise AssertionError(f"copies never reached one position: {positions}")
 

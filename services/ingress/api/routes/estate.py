@@ -153,14 +153,15 @@ def router(ctx: NodeContext) -> APIRouter:
             bucket = f"{ctx.cfg.coordination.bucket_prefix}_positions"
             try:
                 kv = await ctx.link.js.key_value(bucket)
-                keys = await kv.keys()
+                try:
+                    keys = await kv.keys()
+                except nats.js.errors.NoKeysError:
+                    keys = []  # no data node has reported yet
                 for k in keys:
                     got = await kv.get(k)
                     v = _loads(got.value or b"")
                     if isinstance(v, dict):
                         out.append(v)
-            except nats.js.errors.NoKeysError:
-                pass
             except (TimeoutError, nats.errors.Error, nats.js.errors.Error):
                 unreadable.append("positions")
             return out

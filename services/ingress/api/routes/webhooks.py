@@ -50,6 +50,7 @@ def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
 
 
 async def read_capped(request: Request, limit: int) -> bytes | None:
+    """Return the request body, or None once it is over ``limit`` bytes (declared or read; 413 upstream)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return None
