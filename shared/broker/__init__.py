@@ -1,16 +1,32 @@
 """Broker seam: the embedded child nats-server and the one connection per process (FL-2..FL-4, FL-28)."""
 
-from ._connect import MIN_MAX_PAYLOAD, BrokerLink, connect, open_broker, wait_jetstream
-from ._embedded import EmbeddedBroker, nats_server_binary, render_server_config
+from ._connect import MIN_MAX_PAYLOAD, BrokerLink, DomainJetStream, connect, open_broker, wait_jetstream
+from ._embedded import (
+    APP_PASSWORD,
+    APP_USER,
+    JS_DOMAIN,
+    SYS_PASSWORD,
+    SYS_USER,
+    EmbeddedBroker,
+    nats_server_binary,
+    render_server_config,
+    uses_accounts,
+)
 from ._errors import BrokerError, BrokerRefused, BrokerUnreachable, EmbeddedBrokerFailed
 from ._responder import Responder
 
 __all__ = [
+    "APP_PASSWORD",
+    "APP_USER",
+    "JS_DOMAIN",
     "MIN_MAX_PAYLOAD",
+    "SYS_PASSWORD",
+    "SYS_USER",
     "BrokerError",
     "BrokerLink",
     "BrokerRefused",
     "BrokerUnreachable",
+    "DomainJetStream",
     "EmbeddedBroker",
     "EmbeddedBrokerFailed",
     "Responder",
@@ -18,5 +34,6 @@ __all__ = [
     "nats_server_binary",
     "open_broker",
     "render_server_config",
+    "uses_accounts",
     "wait_jetstream",
 ]

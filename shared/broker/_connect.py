@@ -21,15 +21,42 @@ from nats.js import JetStreamContext
 from shared import logs
 from shared.config import NodeConfig
 
-from ._embedded import EmbeddedBroker
+from ._embedded import JS_DOMAIN, EmbeddedBroker
 from ._errors import BrokerRefused, BrokerUnreachable
 
-__all__ = ["MIN_MAX_PAYLOAD", "BrokerLink", "connect", "open_broker", "wait_jetstream"]
+__all__ = ["MIN_MAX_PAYLOAD", "BrokerLink", "DomainJetStream", "connect", "open_broker", "wait_jetstream"]
 
 MIN_MAX_PAYLOAD = 8 * 1024 * 1024
 """Smallest server ``max_payload`` accepted, in bytes (FL-3: an event or a node's answer may be 8 MB)."""
 
 _log = logs.get("queue.nats")
+
+
+class DomainJetStream(JetStreamContext):
+    """A JetStream context that reaches the members' JetStream from a leaf, through a domain (FL-144).
+
+    nats-py sends the JetStream API to ``$JS.<domain>.API`` when given a domain, but it writes KV
+    entries by publishing to ``$KV.<bucket>.<key>``, a subject a leaf does not route to the
+    members' streams (infra-facts §4, S6). Publishing the same message to
+    ``$JS.<domain>.API.$KV.<bucket>.<key>`` reaches the bucket with its headers (expected last
+    sequence, TTL) intact, so every KV put, create, update and delete goes there. Everything else
+    (stream publishes, object chunks, consumers, direct gets) works unchanged over a leaf.
+
+    Args:
+        conn: The nats-py connection.
+        domain: The members' JetStream domain (:data:`~shared.broker.JS_DOMAIN`).
+        timeout: The JetStream API timeout in seconds.
+    """
+
+    def __init__(self, conn: Client, *, domain: str, timeout: float = 5.0) -> None:
+        super().__init__(conn, domain=domain, timeout=timeout)
+        self._kv_prefix = f"$JS.{domain}.API."
+
+    async def publish(self, subject: str, payload: bytes = b"", *args: Any, **kwargs: Any) -> Any:
+        """Publish, sending KV writes (``$KV.…``) through the domain's API subject space."""
+        if subject.startswith("$KV."):
+            subject = self._kv_prefix + subject
+        return await super().publish(subject, payload, *args, **kwargs)
 
 
 @dataclass
@@ -232,7 +259,8 @@ async def open_broker(cfg: NodeConfig) -> BrokerLink:
             tls_cert=tls.cert if tls else "",
             tls_key=tls.key if tls else "",
         )
-        js = nc.jetstream(timeout=5.0)
+        # a leaf reaches the members' JetStream only through their domain (FL-144, infra-facts S6)
+        js = DomainJetStream(nc, domain=JS_DOMAIN) if cfg.broker_kind == "leaf" else nc.jetstream(timeout=5.0)
         await wait_jetstream(js, timeout=60.0)
     except BaseException:
         if embedded is not None:

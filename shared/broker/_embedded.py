@@ -13,6 +13,16 @@ The child dies with its parent: on Linux it is started with ``PR_SET_PDEATHSIG =
 Broker log lines are re-emitted under component ``queue.nats.server`` with ``server=`` (empty
 when solo): boot chatter at debug, warnings and errors at their level; debug output only with
 ``stream.debug: true``.
+
+Clustered members (a cluster name, peers or a leaf listener) run two accounts: ``APP`` (JetStream
+on; the node and its satellites' leaf connections log in as :data:`APP_USER`) and ``SYS``, the
+system account, whose user (:data:`SYS_USER`) is the only one nats-server lets change the
+metadata group (``$JS.API.SERVER.REMOVE``, infra-facts S5, FL-149). JetStream runs in domain
+:data:`JS_DOMAIN`: a leaf's clients reach the members' JetStream only through a domain
+(infra-facts S6). The passwords are fixed and not secrets: embedded brokers have no auth or TLS
+of their own and belong on a trusted network (FL-4). A solo member runs the default account only.
+A leaf (``stream.leaf.urls``) has JetStream off and one account, bound to the members' ``APP``
+by the credentials written into each remote URL that carries none.
 """
 
 from __future__ import annotations
@@ -35,7 +45,23 @@ from shared.config import NodeConfig
 
 from ._errors import EmbeddedBrokerFailed
 
-__all__ = ["EmbeddedBroker", "nats_server_binary"]
+__all__ = [
+    "APP_PASSWORD",
+    "APP_USER",
+    "JS_DOMAIN",
+    "SYS_PASSWORD",
+    "SYS_USER",
+    "EmbeddedBroker",
+    "nats_server_binary",
+    "uses_accounts",
+]
+
+JS_DOMAIN = "crewlet"
+"""The JetStream domain of a clustered embedded fleet; a leaf's clients name it (infra-facts S6)."""
+APP_USER = "crewlet"
+APP_PASSWORD = "crewlet"  # noqa: S105 - fixed on purpose: embedded brokers are trusted-network only (FL-4)
+SYS_USER = "crewlet-sys"
+SYS_PASSWORD = "crewlet-sys"  # noqa: S105 - as above; only membership changes use it (FL-149)
 
 _PR_SET_PDEATHSIG = 1
 _log = logs.get("queue.nats.server")
@@ -67,6 +93,21 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
     os.setpgrp()  # a Ctrl-C on the node's terminal reaches the node, which stops the child in order
 
 
+def uses_accounts(cfg: NodeConfig) -> bool:
+    """True when this node's embedded broker runs the ``APP``/``SYS`` accounts: a clustered member."""
+    return cfg.stream.type == "embedded" and cfg.broker_kind == "member" and cfg.clustered
+
+
+def _with_credentials(url: str) -> str:
+    """``nats-leaf://host:port`` → ``nats-leaf://crewlet:crewlet@host:port``; a URL with userinfo is kept."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "nats-leaf", url
+    if "@" in rest:
+        return url
+    return f"{scheme}://{APP_USER}:{APP_PASSWORD}@{rest}"
+
+
 def render_server_config(cfg: NodeConfig, run_dir: Path) -> str:
     """Render the nats-server configuration for this node's embedded broker.
 
@@ -87,6 +128,8 @@ def render_server_config(cfg: NodeConfig, run_dir: Path) -> str:
     }
     if cfg.broker_kind == "member":
         js: dict[str, Any] = {"store_dir": str(cfg.jetstream_dir.resolve())}
+        if uses_accounts(cfg):
+            js["domain"] = JS_DOMAIN
         if s.sync == "always":
             js["sync_interval"] = "always"
         elif s.sync:
@@ -104,10 +147,17 @@ def render_server_config(cfg: NodeConfig, run_dir: Path) -> str:
         conf["cluster"] = cluster
     if s.leaf is not None:
         if s.leaf.urls:
-            conf["leafnodes"] = {"remotes": [{"urls": list(s.leaf.urls)}]}
+            conf["leafnodes"] = {"remotes": [{"urls": [_with_credentials(u) for u in s.leaf.urls]}]}
         elif s.leaf.port:
             host = s.cluster.host if s.cluster and s.cluster.host else "127.0.0.1"
             conf["leafnodes"] = {"listen": f"{host}:{s.leaf.port}"}
+    if uses_accounts(cfg):
+        conf["accounts"] = {
+            "SYS": {"users": [{"user": SYS_USER, "password": SYS_PASSWORD}]},
+            "APP": {"jetstream": "enabled", "users": [{"user": APP_USER, "password": APP_PASSWORD}]},
+        }
+        conf["system_account"] = "SYS"
+        conf["no_auth_user"] = APP_USER  # a bare local client (tests, `nats` CLI) lands in APP
     if s.debug:
         conf["debug"] = True
     return json.dumps({k: v for k, v in conf.items() if v is not None}, indent=2)
@@ -118,6 +168,7 @@ class EmbeddedBroker:
 
     Attributes:
         url: The client URL (``nats://127.0.0.1:<port>``) once :meth:`start` returned.
+        monitor_url: The child's HTTP monitoring base URL (clustered members), else ``""``.
         pid: The child's process id once started.
     """
 
@@ -126,6 +177,7 @@ class EmbeddedBroker:
         self._proc: subprocess.Popen[bytes] | None = None
         self._pump: asyncio.Task[None] | None = None
         self.url = ""
+        self.monitor_url = ""
         self.pid = 0
 
     async def start(self, *, timeout: float = 30.0) -> str:
@@ -170,6 +222,7 @@ class EmbeddedBroker:
                 try:
                     ports = json.loads(ports_file.read_text())
                     self.url = str(ports["nats"][0])
+                    self.monitor_url = str((ports.get("monitoring") or [""])[0])
                     return self.url
                 except (ValueError, KeyError, IndexError):
                     pass  # written but not complete yet

@@ -325,14 +325,14 @@ def check_node(raw: dict[str, Any], cfg: NodeConfig | None, *, file: str, check_
                 "out_of_range",
                 f"{replicas} is above JetStream's ceiling of {MAX_REPLICAS}",
             )
-        elif stype == "embedded" and replicas > 1 and members == 1:
+        elif stype == "embedded" and kind == "member" and replicas > 1 and members == 1:
             err(
                 "stream.replicas",
                 "conflict",
                 f"{replicas} replicas with no peers: there is nothing to replicate to; set replicas: 1, or "
                 "list the other members in stream.cluster.peers",
             )
-        elif stype == "embedded" and replicas > members:
+        elif stype == "embedded" and kind == "member" and replicas > members:
             err(
                 "stream.replicas",
                 "out_of_range",
