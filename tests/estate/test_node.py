@@ -180,12 +180,13 @@ def test_knowledge_import_search_and_reimport(api: httpx.Client, node: Node, tmp
 
 
 def test_an_empty_and_a_wordless_query_answer_one_error_shape(api: httpx.Client) -> None:
-    """Issue 12: ``q=`` and ``q=?!...`` are refused alike; ``/work?text=`` is the plain list."""
+    """Issue 12: no ``q``, ``q=`` and ``q=?!...`` are refused alike; ``/work?text=`` is the plain list."""
     answers = [api.get("/knowledge/search", params={"q": q}) for q in ("", "   ", "?!...")]
+    answers.append(api.get("/knowledge/search"))
     assert {r.status_code for r in answers} == {400}
     bodies = [r.json() for r in answers]
     assert bodies[0]["error"] == "invalid" and bodies[0]["detail"]["field"] == "q", bodies[0]
-    assert bodies[1] == bodies[0] and bodies[2] == bodies[0], bodies
+    assert bodies[1] == bodies[0] and bodies[2] == bodies[0] and bodies[3] == bodies[0], bodies
     assert api.get("/work", params={"text": ""}).status_code == 200
     wordless = api.get("/work", params={"text": "?!..."})
     assert wordless.status_code == 400 and wordless.json()["error"] == "invalid"

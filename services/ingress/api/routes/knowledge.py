@@ -62,7 +62,7 @@ def router(ctx: NodeContext) -> APIRouter:
 
     @r.get("/knowledge/search", dependencies=[read])
     async def search(
-        q: str = Query(...),  # "" is refused by the estate, as "?!..." is (issue 12): one shape
+        q: str = Query(""),  # missing, "" and "?!..." are all refused by the estate naming q: one shape
         space: str | None = None,
         limit: int = Query(5, ge=1, le=20),
         min_position: str | None = None,
