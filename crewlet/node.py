@@ -137,7 +137,7 @@ def load_roles(ctx: NodeContext) -> list[RoleService]:
 def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
     """Mount the probes on every node and the roles' routers (only ``ingress`` has API routes, FL-16)."""
     app = FastAPI(title=f"crewlet node {ctx.node_id}", version="0.1.0")
-    install_error_handlers(app)
+    install_error_handlers(app, tokens=tuple(t.token for t in ctx.cfg.api.auth.tokens))
     app.include_router(probes_router(ctx))
     for role in roles:
         if role.router is not None:

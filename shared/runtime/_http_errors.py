@@ -10,6 +10,7 @@ the client.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
@@ -20,7 +21,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shared import logs
 
-__all__ = ["MAX_BODY_BYTES", "api_error", "install_error_handlers"]
+__all__ = ["ALWAYS_GUARDED", "MAX_BODY_BYTES", "api_error", "install_error_handlers"]
+
+ALWAYS_GUARDED = ("/config", "/secrets", "/fleet", "/retention", "/backup", "/budgets")
+"""Path prefixes whose unknown paths answer 401 without a valid token even for a read (FL-16): they
+hold the fleet's configuration, secrets and membership, so an anonymous caller learns nothing,
+not even which of their paths exist."""
+_WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """The largest JSON request body read, in bytes; file uploads (``PUT /projects/.../files/...``)
@@ -66,8 +73,25 @@ class _BodyCap:
         await self.app(scope, receive, send)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Install the JSON error renderers and the body cap on ``app``."""
+def _anonymous(request: Request, tokens: tuple[str, ...]) -> bool:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return True
+    presented = value.strip().encode()
+    return not any(hmac.compare_digest(t.encode(), presented) for t in tokens)
+
+
+def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = None) -> None:
+    """Install the JSON error renderers and the body cap on ``app``.
+
+    Args:
+        app: The node's app.
+        tokens: The node's API tokens (``api.auth.tokens``). Given, a path no route serves answers
+            like an unknown path on an ingress node (FL-16): 401 ``unauthorized`` for a write
+            (POST/PUT/PATCH/DELETE; webhooks excepted) or an :data:`ALWAYS_GUARDED` prefix
+            without a valid bearer token, else 404. So a node without ``ingress`` answers
+            ``POST /config`` 401 and ``GET /agents`` 404, as an ingress node's guard would.
+    """
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
@@ -82,7 +106,15 @@ def install_error_handlers(app: FastAPI) -> None:
                 "detail": [{"path": "body", "type": "json_invalid", "message": exc.detail}],
             }
         if exc.status_code == 404 and body.get("detail") == "Not Found":
-            body["detail"] = f"no route {request.method} {request.url.path}"
+            path = request.url.path
+            guarded = request.method in _WRITES and not path.startswith("/webhooks/")
+            guarded = guarded or any(path == p or path.startswith(p + "/") for p in ALWAYS_GUARDED)
+            if tokens is not None and guarded and _anonymous(request, tokens):
+                return JSONResponse(
+                    {"error": "unauthorized", "detail": "Authorization: Bearer <token> required"},
+                    status_code=401,
+                )
+            body["detail"] = f"no route {request.method} {path}"
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:

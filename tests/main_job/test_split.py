@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.support.procs import REPO, Node, free_port, node_file
 
 from .support import SECRET, post_github, wait_for
@@ -45,6 +47,10 @@ def test_split_nodes_run_the_main_job_together(
         n.wait_ready(90)
     front, back = nodes["front"], nodes["back"]
     assert back.get("/work").status_code == 404  # no ingress: probes only (FL-16)
+    assert back.get("/agents").status_code == 404
+    assert httpx.post(back.url + "/config", json={}, timeout=5).status_code == 401  # a write: guarded
+    assert back.get("/ready", token=None).status_code == 200
+    assert [e for e in back.events() if e.get("event") == "api_probes_listening"]
 
     r = post_github(front)
     assert r.status_code == 202, r.text
