@@ -28,6 +28,21 @@ def test_example_company_and_node_file_are_valid() -> None:
     assert "valid" in out.stdout
 
 
+def test_the_embedded_fleet_examples_are_valid() -> None:
+    """``examples/fleet``: three clustered members with leaf listeners and a leaf satellite (FL-4, FL-144)."""
+    env = {"PATH": "/usr/bin:/bin", "CREWLET_API_TOKEN": "t" * 32, "CREWLET_SECRETS_KEY": "A" * 43 + "="}
+    for name in ("member-a", "member-b", "member-c", "satellite"):
+        out = subprocess.run(
+            [str(VENV_BIN / "crewlet"), "validate", "--node", f"examples/fleet/{name}.yaml"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+            env=env,
+        )
+        assert out.returncode == 0 and "warning" not in out.stdout + out.stderr, (name, out.stdout + out.stderr)
+
+
 def test_each_error_is_one_line_naming_file_and_path(tmp_path: Path) -> None:
     bad = tmp_path / "company.yaml"
     text = (REPO / "examples" / "company.yaml").read_text()
