@@ -38,6 +38,7 @@ from . import (  # noqa: E402
     fig9_memory,
     fig10_config,
     fig11_estate_life,
+    fig12_divided_search,
 )
 from ._ctx import Ctx  # noqa: E402
 from ._result import Row, failed, render_table, write_json  # noqa: E402
@@ -54,6 +55,7 @@ FIGURES: dict[str, tuple[str, Callable[[Ctx], list[Row]]]] = {
     "9": ("memory of idle seats", fig9_memory.run),
     "10": ("config activation until applied", fig10_config.run),
     "11": ("estate catch-up and snapshots", fig11_estate_life.run),
+    "12": ("divided knowledge search", fig12_divided_search.run),
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

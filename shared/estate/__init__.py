@@ -8,6 +8,7 @@ package knows nothing of the router.
 from ._applier import Applier, ApplyOutcome, CopyState
 from ._backup import BackupAgeWatch, BackupFailed, take_backup
 from ._decide import DecideCtx, Decision, Rules
+from ._divided import DIVIDE_AT, SLICE_WAIT, DividedSearch, SliceResponder, assign, merge_hits, slice_subject
 from ._errors import (
     RETRY_HERE,
     EstateError,
@@ -53,6 +54,13 @@ from ._sweep import LedgerSweeper, record_watermark, sweep_ledger
 from ._trim import TERMS, TrimConclusion, conclude
 
 __all__ = [
+    "DIVIDE_AT",
+    "SLICE_WAIT",
+    "DividedSearch",
+    "SliceResponder",
+    "assign",
+    "merge_hits",
+    "slice_subject",
     "BUCKETS",
     "DOMAINS",
     "EVENT_LIMIT",

@@ -148,6 +148,9 @@ class EstateService:
         for ``seat`` (FL-74). A write whose args carry ``fence: {seat, epoch}`` is refused as
         :class:`Fenced` when it answers False; the check raising (the store could not be asked)
         refuses it retryably (``fence_unknown``)."""
+        self.searcher: Callable[[Call], Awaitable[Answer]] | None = None
+        """Set by the data role: answers ``pages.search`` (the divided search, ES-62), scanning
+        through :meth:`serve_copy`; None answers it from this copy alone."""
         self._reads: dict[str, ReadFn] = {
             "work.list": _tracker_read.list_items,
             "work.get": _tracker_read.get_item,
@@ -214,7 +217,15 @@ class EstateService:
             raise Fenced(seat, epoch)
 
     async def serve(self, call: Call) -> Answer:
-        """Run one call against this copy; never raises for a refusal (it is in the answer)."""
+        """Answer one router call: a knowledge search through :attr:`searcher` when one is set (the
+        divided search of ES-62, which scans through :meth:`serve_copy` itself), everything else
+        through :meth:`serve_copy`. Never raises for a refusal (it is in the answer)."""
+        if self.searcher is not None and call.op == "pages.search":
+            return await self.searcher(call)
+        return await self.serve_copy(call)
+
+    async def serve_copy(self, call: Call) -> Answer:
+        """Run one call against this copy alone; never raises for a refusal (it is in the answer)."""
         spec = OPS.get(call.op)
         if spec is None:
             return self._answer("ran", error=to_wire(InvalidField("op", f"unknown operation {call.op!r}")))

@@ -336,9 +336,19 @@ class EstateCalls(abc.ABC):
     ) -> dict[str, Any]:
         """``search_knowledge``: never raises to the model for a failure (CO-25, ES-36).
 
+        The data node asked answers it; above 10 000 pages with more than one live data node it
+        divides the 64 buckets among them and merges the slices into the undivided order (ES-62,
+        ES-63, :mod:`shared.estate._divided`).
+
         Returns:
             ``data`` is ``{"hits", "searched", "failed", "state", "sentence"}``; ``state`` is ``ok``,
-            ``empty``, ``building`` (ES-65) or ``failed`` ("could not be searched").
+            ``empty``, ``building`` (ES-65), ``partial`` (ES-64: some slices unanswered) or
+            ``failed`` ("could not be searched"). A divided answer adds ``coverage``
+            (``buckets_answered``, ``buckets_missing``) and ``divided`` (``coordinator``,
+            ``assignment`` and ``scanned``: node → ``[lo, hi]``); a partial one adds ``partial``
+            (``buckets_answered``, ``buckets_missing``, ``absent_nodes``, ``semantic_skipped``) and
+            its ``sentence`` names how many of the 64 slices were not searched and advises
+            searching again or asking a colleague.
 
         Raises:
             EstateUsageError: the query itself is wrong (empty, unknown space) — a caller's mistake.
