@@ -8,6 +8,8 @@ Commands:
   ``--import-company F`` activates a file at boot.
 - ``crewlet node --node F --company F``: any legal role set (``--company`` is a seed, FL-109).
 - ``crewlet fleet status``: the fleet as a node's ``GET /fleet`` says (FL-7).
+- ``crewlet fleet broker list|remove``: the broker's membership through a node (FL-147, FL-149;
+  :mod:`crewlet.broker_cli`).
 - ``crewlet schema company|node``: the JSON Schema of either tier.
 - ``crewlet config import|show|export|revisions|diff|activate``: the company's revisions through a
   running node (CO-4, CO-28, FL-104..FL-109; :mod:`crewlet.config_cli`).
@@ -43,13 +45,23 @@ from shared.config import (
     read_yaml_mapping,
 )
 
-from . import backup_cli, config_cli, fleet_status, gate_cli, knowledge_cli, retention_cli, secrets_cli
+from . import (
+    backup_cli,
+    broker_cli,
+    config_cli,
+    fleet_status,
+    gate_cli,
+    knowledge_cli,
+    retention_cli,
+    secrets_cli,
+)
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="crewlet: run an AI agent company.")
 fleet_app = typer.Typer(no_args_is_help=True, help="Fleet surfaces.")
 app.add_typer(fleet_app, name="fleet")
+fleet_app.add_typer(broker_cli.app, name="broker")
 app.add_typer(knowledge_cli.app, name="knowledge")
 app.add_typer(secrets_cli.app, name="secrets")
 app.add_typer(config_cli.app, name="config")

@@ -13,6 +13,18 @@ from ._embedded import (
     uses_accounts,
 )
 from ._errors import BrokerError, BrokerRefused, BrokerUnreachable, EmbeddedBrokerFailed
+from ._membership import (
+    MembershipOutcomeUnknown,
+    MembershipRefused,
+    broker_view,
+    findings,
+    group_from_jsz,
+    member_subject,
+    peer_id,
+    plan_removal,
+    quorum,
+)
+from ._membership_ops import Membership, MembershipResponder
 from ._responder import Responder
 
 __all__ = [
@@ -29,10 +41,21 @@ __all__ = [
     "DomainJetStream",
     "EmbeddedBroker",
     "EmbeddedBrokerFailed",
+    "Membership",
+    "MembershipOutcomeUnknown",
+    "MembershipRefused",
+    "MembershipResponder",
     "Responder",
+    "broker_view",
     "connect",
+    "findings",
+    "group_from_jsz",
+    "member_subject",
     "nats_server_binary",
     "open_broker",
+    "peer_id",
+    "plan_removal",
+    "quorum",
     "render_server_config",
     "uses_accounts",
     "wait_jetstream",

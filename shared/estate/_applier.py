@@ -306,7 +306,19 @@ class Applier:
             ack_wait=30.0,
             max_ack_pending=20_000,
         )
-        await self._js.add_consumer(self.stream, cfg)
+        # A member that just joined a cluster (a replacement after a removal) is answered 10023
+        # "insufficient resources" while the metadata group still places its first assets: retry
+        # for up to 15 s before failing the boot (FL-28's create budget is larger still).
+        deadline = time.monotonic() + 15.0
+        while True:
+            try:
+                await self._js.add_consumer(self.stream, cfg)
+                return
+            except nats.js.errors.APIError as e:
+                if e.err_code != 10023 or time.monotonic() >= deadline:
+                    raise
+                _log.info("jetstream_consumer_awaiting_resources", stream=self.stream, durable=self._durable)
+                await asyncio.sleep(0.5)
 
     async def stop(self) -> None:
         """Finish the batch in hand (fetches wait at most 1 s) and stop; idempotent."""

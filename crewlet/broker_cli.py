@@ -1,0 +1,152 @@
+"""``crewlet fleet broker list|remove``: the broker's membership through a running node (FL-40, FL-147, FL-149).
+
+- ``crewlet fleet broker list [--url U] [--token T] [--json]`` prints a node's ``GET /fleet/broker``:
+  the live nodes with the kind each advertises, the metadata group's voters, and every finding.
+- ``crewlet fleet broker remove NODE --confirm NODE [--force]`` and
+  ``crewlet fleet broker remove --peer ID --confirm ID [--force]`` post the removal to the node; it
+  forwards to a live member other than the target. The command waits the removal deadline
+  (2 min 5 s) plus one minute.
+
+The URL and token default to ``CREWLET_URL`` and ``CREWLET_API_TOKEN``. This command never opens
+the broker or a store itself (FL-40).
+
+Exit codes: 0 answered / removed; 1 the node could not be reached, answered 503, or the outcome is
+unknown (read ``list`` before asking again); 2 refused (the reason code and why are printed), no
+token, or a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["app"]
+
+app = typer.Typer(
+    no_args_is_help=True, help="The broker's members: list them, remove a dead one (FL-147, FL-149)."
+)
+
+Url = Annotated[str, typer.Option("--url", "-url", envvar="CREWLET_URL", help="A node's base URL")]
+Token = Annotated[str, typer.Option("--token", "-token", envvar="CREWLET_API_TOKEN", help="API token")]
+
+LIST_TIMEOUT = 20.0
+"""Seconds ``list`` waits: the node's group read (5 s) plus a hop to the leader (5 s), with margin."""
+REMOVE_TIMEOUT = 125.0 + 60.0
+"""Seconds ``remove`` waits: the removal deadline (2 min 5 s) plus one minute (FL-149)."""
+
+
+def _call(method: str, url: str, token: str, path: str, *, timeout: float, out: Console) -> tuple[int, Any]:
+    """Send one request; return ``(exit code, answer)`` — exit code 0 when the node answered 200."""
+    if not token:
+        out.print("no API token: set CREWLET_API_TOKEN or pass --token")
+        return 2, None
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            r = client.request(method, base + path, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as e:
+        out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}")
+        return 1, None
+    try:
+        answer = r.json()
+    except ValueError:
+        out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}")
+        return 1, None
+    if r.status_code == 200:
+        return 0, answer
+    code = answer.get("error", "") if isinstance(answer, dict) else ""
+    detail = answer.get("detail", "") if isinstance(answer, dict) else answer
+    text = detail if isinstance(detail, str) else json.dumps(detail)
+    out.print(f"refused ({r.status_code} {code}): {text}", markup=False)
+    return (1 if r.status_code in (503, 504) else 2), answer
+
+
+def _print_view(view: dict[str, Any], out: Console) -> None:
+    if view.get("external"):
+        out.print(f"{view['node']}: the broker is an external NATS cluster; its membership is its operator's")
+        return
+    group = view.get("group")
+    voters = {p["peer"] for p in group["peers"]} if group else set()
+    nodes = Table(title=f"nodes (asked {view['node']}, a {view['kind']})")
+    for col in ("node", "peer", "kind", "roles", "voter"):
+        nodes.add_column(col)
+    for n in view.get("nodes", []):
+        voter = ("yes" if n["peer"] in voters else "no") if group else "?"
+        nodes.add_row(n["node"], n["peer"], n["kind"], ",".join(n.get("roles", [])), voter)
+    out.print(nodes)
+    if group:
+        title = f"metadata group {group['cluster']} (leader {group['leader'] or 'none'}, as {view['group_from']} sees it)"
+        table = Table(title=title)
+        for col in ("voter", "peer", "leader", "current", "offline", "seen (s ago)"):
+            table.add_column(col)
+        for p in group["peers"]:
+            table.add_row(
+                p["name"] + (" (this view)" if p["self"] else ""),
+                p["peer"],
+                "yes" if p["leader"] else "",
+                "yes" if p["current"] else "no",
+                "yes" if p["offline"] else "",
+                f"{p['active']:.1f}" if not p["self"] else "",
+            )
+        out.print(table)
+    else:
+        out.print(f"metadata group not read: {view.get('group_error')}", markup=False)
+    for f in view.get("findings", []):
+        who = f["node"] or "(name unknown)"
+        out.print(f"{f['kind']}: {who} ({f['peer']}): {f['detail']}", markup=False)
+    if not view.get("findings"):
+        out.print("no findings")
+
+
+@app.command("list")
+def list_cmd(
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+    as_json: Annotated[bool, typer.Option("--json", "-json", help="Print the raw answer")] = False,
+) -> None:
+    """Print what each node advertises beside how the metadata group counts it (FL-147)."""
+    out = Console(width=140)
+    code, view = _call("GET", url, token, "/fleet/broker", timeout=LIST_TIMEOUT, out=out)
+    if code == 0:
+        if as_json:
+            typer.echo(json.dumps(view, indent=2))
+        else:
+            _print_view(view, out)
+    raise typer.Exit(code)
+
+
+@app.command("remove")
+def remove_cmd(
+    node: Annotated[str, typer.Argument(help="The dead member's node id")] = "",
+    peer: Annotated[str, typer.Option("--peer", "-peer", help="Remove a voter by raft peer id instead")] = "",
+    confirm: Annotated[
+        str, typer.Option("--confirm", "-confirm", help="The node id (or peer id) again")
+    ] = "",
+    force: Annotated[
+        bool, typer.Option("--force", "-force", help="Remove a member whose lease is live")
+    ] = False,
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+) -> None:
+    """Remove a member gone for good from the broker's metadata group (FL-149)."""
+    out = Console(width=140)
+    if bool(node) == bool(peer):
+        out.print("name exactly one voter: NODE, or --peer ID")
+        raise typer.Exit(2)
+    target = node or peer
+    route = f"/fleet/broker/remove/{target}" if node else f"/fleet/broker/remove-peer/{target}"
+    query = httpx.QueryParams({"confirm": confirm, **({"force": "true"} if force else {})})
+    code, answer = _call("POST", url, token, f"{route}?{query}", timeout=REMOVE_TIMEOUT, out=out)
+    if code == 0:
+        voters = ", ".join(p["name"] for p in (answer.get("group") or {}).get("peers", []))
+        out.print(
+            f"removed {answer.get('node') or '(name unknown)'} ({answer['peer']}) by {answer['by']}; voters now: {voters}"
+        )
+    elif code == 1 and isinstance(answer, dict) and answer.get("error") == "outcome_unknown":
+        out.print("read `crewlet fleet broker list` before asking again")
+    raise typer.Exit(code)

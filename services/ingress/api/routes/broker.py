@@ -1,0 +1,109 @@
+"""``GET /fleet/broker`` and the removal of a dead broker member (FL-147..FL-150).
+
+- ``GET /fleet/broker`` (``state:read``): what each live node advertises beside how the metadata
+  group counts it, and every disagreement named (FL-147). An unread group is absent with
+  ``group_error``, never empty; on an external cluster the answer is ``external: true`` and nothing
+  else. An unreadable lease store answers 503.
+- ``POST /fleet/broker/remove/{node}?confirm={node}[&force=true]`` and
+  ``POST /fleet/broker/remove-peer/{peer}?confirm={peer}[&force=true]`` (``fleet:operate``): 400
+  ``confirm_required`` when ``confirm`` is missing or does not repeat the target; 409 with the
+  refusal code (``external``, ``node_live``, ``no_meta_group``, ``not_a_peer``,
+  ``membership_changing``, ``no_leader`` with the quorum arithmetic, ``removing_self``, ``failed``)
+  and nothing changed; 504 ``outcome_unknown`` when the carrying member went silent (read the list
+  before retrying); 200 ``{"node", "peer", "by", "group"}``. One removal takes at most 2 min 5 s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+
+from shared import leases, logs
+from shared.broker import Membership, MembershipOutcomeUnknown, MembershipRefused
+from shared.coordination import CoordinationUnavailable
+from shared.runtime import NodeContext, api_error, require_grant
+
+__all__ = ["membership_of", "router"]
+
+_log = logs.get("broker.membership")
+_EXTRA = "broker_membership"
+
+
+def membership_of(ctx: NodeContext) -> Membership:
+    """This node's :class:`Membership` (``ctx.extras["broker_membership"]``), made on first use.
+
+    Raises:
+        HTTPException: 503 ``not_ready`` before the node has its broker link.
+    """
+    found = ctx.extras.get(_EXTRA)
+    if isinstance(found, Membership):
+        return found
+    link = ctx.link
+    if link is None:
+        raise api_error(
+            503, "not_ready", "the node has not connected to its broker yet", headers={"Retry-After": "5"}
+        )
+    emb = link.embedded
+    m = Membership(
+        link.nc,
+        node_id=ctx.node_id,
+        kind=link.kind,
+        client_url=emb.url if emb is not None else "",
+        monitor_url=emb.monitor_url if emb is not None else "",
+    )
+    ctx.extras[_EXTRA] = m
+    return m
+
+
+async def _presence(ctx: NodeContext) -> list[dict[str, Any]]:
+    if ctx.coord is None:
+        raise api_error(503, "lease store unavailable", "the node has not connected to its broker yet")
+    try:
+        view = await leases.fleet_view(ctx.coord)
+    except CoordinationUnavailable as e:
+        raise api_error(503, "lease store unavailable", str(e)) from None
+    return list(view["nodes"])
+
+
+def _confirm(target: str, confirm: str | None, what: str) -> None:
+    if not confirm or confirm != target:
+        got = f"got {confirm!r}" if confirm else "it is missing"
+        raise api_error(400, "confirm_required", f"repeat the {what} as confirm={target} ({got})")
+
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the broker membership routes (FL-147, FL-149)."""
+    r = APIRouter(tags=["fleet"])
+
+    @r.get("/fleet/broker", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
+    async def get_broker() -> dict[str, Any]:
+        m = membership_of(ctx)
+        presence = await _presence(ctx) if m.kind != "client" else []
+        return await m.view(presence)
+
+    async def _remove(*, node: str | None, peer: str | None, force: bool) -> dict[str, Any]:
+        m = membership_of(ctx)
+        presence = await _presence(ctx) if m.kind != "client" else []
+        try:
+            return await m.remove(presence, node=node, peer=peer, force=force)
+        except MembershipRefused as e:
+            _log.warning("broker_removal_refused", target=node or peer, code=e.code, detail=e.detail)
+            raise api_error(e.status, e.code, e.detail) from None
+        except MembershipOutcomeUnknown as e:
+            _log.warning("broker_removal_outcome_unknown", target=node or peer, detail=str(e))
+            raise api_error(504, "outcome_unknown", str(e)) from None
+
+    @r.post("/fleet/broker/remove/{node}", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))])
+    async def remove_node(node: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
+        _confirm(node, confirm, "node id")
+        return await _remove(node=node, peer=None, force=force)
+
+    @r.post(
+        "/fleet/broker/remove-peer/{peer}", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))]
+    )
+    async def remove_peer(peer: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
+        _confirm(peer, confirm, "peer id")
+        return await _remove(node=None, peer=peer, force=force)
+
+    return r
