@@ -6,8 +6,11 @@ fleet; these commands talk to it through a node's API (``GET``/``PUT /config``,
 
 - ``import FILE [--summary S] [--dry-run] [--compat] [--if-match ID]``: a new active revision
   (``PUT /config``); ``--dry-run`` validates on the node and lists what would change.
-- ``import FILE --offline --data-dir D``: no node running; the revision is stored in the node's
-  store and the fleet's pointer moves to it at that node's next start (FL-109).
+- ``import FILE --offline --data-dir D`` (or ``--node F``): no node running; the revision is stored in
+  the node's store and the fleet's pointer moves to it at that node's next start (FL-109). A scratch
+  store (``store.scratch: true`` in the node file, or the ``.scratch`` mark a scratch node leaves) is
+  refused naming ``store.scratch``: its writes would vanish at the next boot (FL-145). This build has
+  no ``crewlet migrate``, offline ``secrets`` or ``search eval`` command to refuse.
 - ``show``, ``export [--revision ID] [-o PATH]``: the active revision (or any one) as a summary or
   as YAML.
 - ``revisions [--limit N]``, ``diff A [B]``: history, newest first, and a structural diff whose
@@ -331,6 +334,9 @@ def import_cmd(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="With --offline: the node's store.dir")
     ] = None,
+    node_file: Annotated[
+        Path | None, typer.Option("--node", help="With --offline: the node file (its store.dir)")
+    ] = None,
     url: _Url = DEFAULT_URL,
     token: _Token = "",
 ) -> None:
@@ -343,8 +349,10 @@ def import_cmd(
     header = _summary_header(summary)
     if offline and (dry_run or if_match is not None):
         _fail(["--offline stores without a node: --dry-run and --if-match need one (drop --offline)"])
+    if offline and node_file is not None:
+        data_dir = _offline_store_dir(node_file, data_dir)
     if offline and data_dir is None:
-        _fail(["--offline needs --data-dir D (the node's store.dir, e.g. .crewlet/node-0)"])
+        _fail(["--offline needs --data-dir D (the node's store.dir, e.g. .crewlet/node-0) or --node F"])
     document, company, issues = check_document(file, compat=compat)
     errors = [i for i in issues if i.severity == "error"]
     for i in issues:
@@ -382,13 +390,51 @@ def import_cmd(
     _echo_activated(answer)
 
 
+SCRATCH_REFUSAL = (
+    "store.scratch: true: this node's store is wiped at every boot, so an offline write would vanish "
+    "(FL-145); configure the fleet through a data node's API instead (crewlet config import FILE --url U)"
+)
+
+
+def _offline_store_dir(node_file: Path, data_dir: Path | None) -> Path:
+    """The store directory an offline command writes to, from ``--node F`` (FL-145).
+
+    Exits 2 when the node file is invalid, names another directory than ``--data-dir``, or sets
+    ``store.scratch: true`` (the refusal names ``store.scratch``).
+    """
+    from shared.config import load_node_file
+
+    try:
+        cfg, _warnings = load_node_file(str(node_file))
+    except ConfigInvalid as e:
+        _fail([i.line() for i in e.issues])
+    if cfg.store.scratch:
+        _fail([f"{node_file}: {SCRATCH_REFUSAL}"])
+    if data_dir is not None and data_dir.resolve() != cfg.store_dir.resolve():
+        _fail([f"--data-dir {data_dir} is not {node_file}'s store.dir ({cfg.store_dir}): give one of them"])
+    return cfg.store_dir
+
+
+def refuse_scratch_store(data_dir: Path) -> None:
+    """Exit 2 naming ``store.scratch`` when ``data_dir`` is a scratch store (FL-145).
+
+    A scratch node marks its store with ``.scratch`` at every boot (:mod:`crewlet.node`).
+    """
+    if (data_dir / ".scratch").exists():
+        _fail([f"{data_dir}: {SCRATCH_REFUSAL}"])
+
+
 def _import_offline(data_dir: Path, document: dict[str, Any], summary: str, *, compat: bool = False) -> None:
-    """Store ``document`` in a stopped node's store (FL-109): the pointer moves at its next start."""
+    """Store ``document`` in a stopped node's store (FL-109): the pointer moves at its next start.
+
+    A scratch store is refused naming ``store.scratch`` (FL-145).
+    """
     from shared import control  # the control plane; imported only when asked for
     from shared.errors import CrewletError, UsageError
 
     if not data_dir.is_dir():
         _fail([f"{data_dir}: no such directory (give the node's store.dir, e.g. .crewlet/node-0)"])
+    refuse_scratch_store(data_dir)
     try:
         store = control.node_store(data_dir)
         revision = control.offline_import(store, document, summary=summary, compat=compat)

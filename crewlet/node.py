@@ -60,6 +60,7 @@ from shared.runtime import (
 from shared.secrets import Keyring, SecretStore
 
 from .apply import NodeApplier
+from .custody import close_custody, emit_event, open_custody, turn_event
 
 __all__ = ["build_app", "run_node", "seed_revision"]
 
@@ -243,6 +244,7 @@ def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
         "broker": ctx.cfg.broker_kind,
         "posture": ctx.posture,
         "draining": ctx.draining,  # peers stop counting a draining node in their shares (FL-129)
+        "unserviceable": bool(ctx.extras.get("unserviceable")),  # peers drop it from shares (FL-63)
         "applied_epoch": ctx.extras.get("applied_epoch", 0),
         "seats_held": len(ctx.seats_held),
         "in_flight": ctx.in_flight,
@@ -294,18 +296,17 @@ async def _open_control(ctx: NodeContext, roles: list[RoleService], presence: An
 
     def on_event(data: dict[str, Any]) -> None:
         ctx.extras["config_error"] = reconciler.error
-        events = ctx.extras.get("events")
-        if events is not None:
-            events.record(
-                {
-                    "event_time": int(time.time() * 1_000_000),
-                    "event_id": str(uuid.uuid4()),
-                    "event_type": "config_revision_applied",
-                    "source": ctx.node_id,
-                    "category": "config",
-                    "data": data,
-                }
-            )
+        emit_event(  # its own log on a data node, custody elsewhere (ES-77, ES-78)
+            ctx,
+            {
+                "event_time": int(time.time() * 1_000_000),
+                "event_id": str(uuid.uuid4()),
+                "event_type": "config_revision_applied",
+                "source": ctx.node_id,
+                "category": "config",
+                "data": data,
+            },
+        )
 
     reconciler = control.Reconciler(
         store,
@@ -364,6 +365,30 @@ async def _open_history(ctx: NodeContext) -> history.HistoryResponder | None:
     return responder
 
 
+async def _open_membership(ctx: NodeContext) -> broker.Membership | None:
+    """Answer broker-group reads and carry removals on ``crewlet.fleet.broker.<id>`` (FL-148).
+
+    Every node gets one (``ctx.extras["broker_membership"]``, which ``GET /fleet/broker`` uses);
+    only a member subscribes, whatever its other roles. A failure is logged, never fatal.
+    """
+    if ctx.link is None:
+        return None
+    emb = ctx.link.embedded
+    m = broker.Membership(
+        ctx.link.nc,
+        node_id=ctx.node_id,
+        kind=ctx.link.kind,
+        client_url=emb.url if emb is not None else "",
+        monitor_url=emb.monitor_url if emb is not None else "",
+    )
+    ctx.extras["broker_membership"] = m
+    try:
+        await m.start()
+    except Exception as e:  # noqa: BLE001 - logged: the node still answers its own /fleet/broker
+        _log.warning("broker_membership_subscribe_failed", error=f"{type(e).__name__}: {e}")
+    return m
+
+
 async def run_node(
     cfg: NodeConfig, company: Any = None, *, company_dir: str = ".", import_company: Any = None
 ) -> int:
@@ -389,6 +414,8 @@ async def run_node(
         for child in cfg.store_dir.iterdir():
             if child.name != ".lock":
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
+        # FL-145: offline commands pointed at this directory refuse it, naming store.scratch
+        (cfg.store_dir / ".scratch").write_text("store.scratch: true (wiped at every boot)\n")
     ctx = NodeContext(cfg)
     ctx.extras["store_lock"] = store_lock
     ctx.extras["company_dir"] = company_dir
@@ -456,6 +483,7 @@ async def run_node(
     reconciler: control.Reconciler | None = None
     nudge_sub: Any = None
     scatter: history.HistoryResponder | None = None
+    membership: broker.Membership | None = None
     started: list[RoleService] = []
     code = 0
     try:
@@ -475,9 +503,13 @@ async def run_node(
                 meta=lambda: _presence_meta(ctx),
             )
             await presence.start()
-            ctx.extras["turns"] = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
+            store = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
+            store.on_finished = lambda result: emit_event(ctx, turn_event(ctx.node_id, result))  # ES-78
+            ctx.extras["turns"] = store
             scatter = await _open_history(ctx)  # ES-79: this node's share of fleet history reads
+            membership = await _open_membership(ctx)  # FL-148: members answer for the group
             await _open_bus(ctx)
+            open_custody(ctx)  # ES-78: a node without data hands its events to a data node
             reconciler = await _open_control(ctx, roles, presence)
             await reconciler.boot(  # FL-109: what the fleet runs, applied once before the roles start
                 seed=seed_revision(company) if company is not None else None,
@@ -555,6 +587,9 @@ async def run_node(
             flush()
     if scatter is not None:
         await scatter.stop()
+    if membership is not None:
+        await membership.stop()
+    await close_custody(ctx)
     if ctx.coord is not None:
         await ctx.coord.close()
     turns = ctx.extras.get("turns")

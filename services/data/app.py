@@ -5,7 +5,8 @@ from ``stream.replicas``; an existing stream is never rewritten), start one appl
 answer router calls on ``crewlet.estate.rpc.<node_id>``, publish positions every 10 s, wait (up to
 30 s) for the copy to be level, then seed the company's projects and spaces through the log. The
 estate is left in ``ctx.extras["estate"]`` so this node's router answers its own calls in-process,
-and the node-local event log in ``ctx.extras["events"]``.
+and the node-local event log in ``ctx.extras["events"]``. Once ready it joins the custody group
+(ES-78, FL-86): the events of nodes without data are written into this node's log, then acked.
 
 On drain the RPC subscription stops taking calls and the calls in hand finish; on stop the
 appliers finish their batch and the files are closed.
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared import estate, leases, logs
+from shared.bus import BusUnavailable, Custodian
 from shared.router import RpcServer
 from shared.runtime import CompanySnapshot, NodeContext, RoleService
 
@@ -79,6 +81,15 @@ def service(ctx: NodeContext) -> RoleService:
         )
         age.start()
         held["backup_age"] = age
+        # ES-62: a search of a large corpus is divided among the live data nodes; this node answers
+        # its peers' slices on crewlet.search.slice.<node>
+        divided = estate.DividedSearch(
+            ctx.link.nc, coord, node_id=ctx.node_id, store=est.store, serve=est.service.serve_copy
+        )
+        slices = estate.SliceResponder(ctx.link.nc, node_id=ctx.node_id, serve=est.service.serve_copy)
+        est.service.searcher = divided.serve
+        await slices.start()
+        held["slices"] = slices
         server = RpcServer(ctx.link.nc, node_id=ctx.node_id, handler=est.service.serve)
         await server.start()
         held["server"] = server
@@ -91,10 +102,28 @@ def service(ctx: NodeContext) -> RoleService:
         seeded = await est.seed(ctx.org)
         _log.info("estate_ready", positions=est.service.positions(), seeded=len(seeded))
 
+        async def keep(ev: dict[str, Any]) -> bool:  # ES-78: write, read back, then the custodian acks
+            events.record(ev)
+            await events.flush()
+            return await events.get(str(ev["event_id"])) is not None
+
+        custodian = Custodian(ctx.link.js, node_id=ctx.node_id, write=keep)
+        try:
+            await custodian.start()
+            held["custodian"] = custodian
+        except BusUnavailable as e:  # logged: the node serves; custody waits in the stream for a peer
+            _log.warning("custody_join_failed", error=str(e))
+
     async def drain(ctx: NodeContext) -> None:
+        custodian = held.pop("custodian", None)
+        if custodian is not None:
+            await custodian.stop()
         server = held.pop("server", None)
         if server is not None:
             await server.stop()
+        slices = held.pop("slices", None)
+        if slices is not None:
+            await slices.stop()
 
     async def stop(ctx: NodeContext) -> None:
         sweeper = held.pop("sweeper", None)

@@ -16,6 +16,7 @@ from shared.runtime import NodeContext, RoleService, api_error
 
 from .api.routes import (
     backup,
+    broker,
     config,
     estate,
     events,
@@ -47,6 +48,7 @@ def service(ctx: NodeContext) -> RoleService:
     publisher = TriggerPublisher(publish, telemetry.inject)
     api = APIRouter()
     api.include_router(fleet.router(ctx))
+    api.include_router(broker.router(ctx))
     api.include_router(config.router(ctx))
     api.include_router(webhooks.router(ctx, publisher))
     api.include_router(github.router(ctx, publisher))
@@ -60,4 +62,5 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(estate.router(ctx))
     api.include_router(secrets.router(ctx))
     api.include_router(retention.router(ctx))
+
     return RoleService(name="ingress", router=api)

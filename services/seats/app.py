@@ -31,9 +31,11 @@ from shared import logs, providers, telemetry
 from shared.bus import Bus
 from shared.leases import ClaimAll, FairShare, PlacementPolicy, SeatHost, Selector
 from shared.records import TurnStore
+from shared.router import router_of
 from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
 from shared.turns import TurnEngine
 
+from .admission import EstateWatch
 from .dispatcher import Dispatcher
 
 __all__ = ["RELEASED_SUBJECT", "service"]
@@ -65,6 +67,9 @@ def service(ctx: NodeContext) -> RoleService:
 
     def seat_handles() -> list[str]:
         if ctx.org is None or ctx.shedding:
+            return []
+        watch: EstateWatch | None = state.get("watch")
+        if watch is not None and not watch.admitted:  # FL-144 admission, FL-63 withdrawal
             return []
         return [s.handle for s in ctx.org.seats]
 
@@ -152,6 +157,18 @@ def service(ctx: NodeContext) -> RoleService:
             on_released=announce_release,
         )
         dispatcher.host = host
+        if "data" not in ctx.cfg.roles and ctx.cfg.coordination.type != "local":
+
+            async def on_admission(admitted: bool) -> None:
+                host.assign(seat_handles())
+                if admitted:
+                    host.nudge()
+                else:  # FL-63: every seat back; a running turn finishes first (voluntary)
+                    await asyncio.gather(*(host.release(h, "unserviceable") for h in list(host.held())))
+
+            watch = EstateWatch(ctx, router_of(ctx), on_change=on_admission)
+            state["watch"] = watch
+            watch.start()
         bus_fence = ctx.extras.get("seat_fence")
         if isinstance(bus_fence, dict):
             bus_fence["fence"] = host.holds  # the bus asks the seat host before every ack (FL-74)
@@ -180,6 +197,9 @@ def service(ctx: NodeContext) -> RoleService:
             host.nudge()
 
     async def drain(ctx: NodeContext) -> None:
+        watch: EstateWatch | None = state.pop("watch", None)
+        if watch is not None:
+            await watch.stop()
         host: SeatHost | None = state.get("host")
         if host is None:
             return

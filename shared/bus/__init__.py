@@ -5,6 +5,7 @@ Nothing above this seam imports nats for messaging: nats-py errors are translate
 """
 
 from ._bus import ACK_WAIT, MAX_DELIVER, Bus, MailboxState, Published
+from ._custody import CUSTODY_SUBJECT, Custodian, CustodySender
 from ._delivery import Deferred, Delivery, Fence, Grouping, Outcome
 from ._envelope import Envelope, wake_envelope
 from ._errors import (
@@ -16,6 +17,7 @@ from ._errors import (
     StreamMismatch,
     SubjectRefused,
 )
+from ._groups import CUSTODY_GROUP, GROUPS, FleetGroup, attach_group, may_join
 from ._mailbox import Mailbox
 from ._names import (
     check_subject,
@@ -27,20 +29,27 @@ from ._names import (
     inbox_subject,
     namespace_stream,
 )
-from ._streams import AGENT_STREAM, DLQ_STREAM, STREAMS, StreamSpec, provision_streams
+from ._streams import AGENT_STREAM, CUSTODY_STREAM, DLQ_STREAM, STREAMS, StreamSpec, provision_streams
 
 __all__ = [
     "ACK_WAIT",
     "AGENT_STREAM",
+    "CUSTODY_GROUP",
+    "CUSTODY_STREAM",
+    "CUSTODY_SUBJECT",
     "DLQ_STREAM",
     "MAX_DELIVER",
     "STREAMS",
     "Bus",
     "BusError",
     "BusUnavailable",
+    "Custodian",
+    "CustodySender",
     "Deferred",
     "Delivery",
     "Envelope",
+    "FleetGroup",
+    "GROUPS",
     "Fence",
     "Grouping",
     "Mailbox",
@@ -53,6 +62,7 @@ __all__ = [
     "StreamMismatch",
     "StreamSpec",
     "SubjectRefused",
+    "attach_group",
     "check_subject",
     "control_group",
     "control_subject",
@@ -60,6 +70,7 @@ __all__ = [
     "durable_name",
     "inbox_group",
     "inbox_subject",
+    "may_join",
     "namespace_stream",
     "provision_streams",
     "wake_envelope",

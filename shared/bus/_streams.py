@@ -7,10 +7,13 @@
 | ``CREWLET_EVENTS`` | ``crewlet.events.>`` | limits | 30 days |
 | ``CREWLET_CONFIG`` | ``crewlet.config.>`` | limits | 1 h |
 | ``CREWLET_DLQ`` | ``dlq.>`` | limits | 30 days |
+| ``CREWLET_CUSTODY`` | ``crewlet.custody.>`` | workqueue | 30 days |
 
 Interest retention keeps a message only while a durable consumer that has not acked it exists,
 and drops what is published to a subject no consumer covers (infra-facts S3): that is why every
-seat's mailbox is created before anything publishes (FL-78). Replicas follow ``stream.replicas``.
+seat's mailbox is created before anything publishes (FL-78). WorkQueue retention keeps a message
+until its one consumer acks it, published before that consumer exists or not (the custody stream,
+ES-78: :mod:`shared.bus._custody`). Replicas follow ``stream.replicas``.
 An existing stream of another shape refuses the boot naming both values, like a bucket (FL-25);
 while a create answers "no suitable peers" (10005) it is retried every 250 ms inside the budget.
 """
@@ -33,7 +36,7 @@ from shared import logs
 
 from ._errors import BusUnavailable, StreamMismatch
 
-__all__ = ["AGENT_STREAM", "DLQ_STREAM", "STREAMS", "StreamSpec", "provision_streams"]
+__all__ = ["AGENT_STREAM", "CUSTODY_STREAM", "DLQ_STREAM", "STREAMS", "StreamSpec", "provision_streams"]
 
 _log = logs.get("bus.streams")
 _NO_PEERS = 10005
@@ -43,6 +46,8 @@ AGENT_STREAM = "CREWLET_AGENT"
 MAX_SEAT_CONSUMERS = 200_000
 """Consumers allowed on the inbox stream: two per seat, so up to 100 000 seats."""
 DLQ_STREAM = "CREWLET_DLQ"
+CUSTODY_STREAM = "CREWLET_CUSTODY"
+"""Events of nodes without data awaiting a custodian (ES-78)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class StreamSpec:
     Attributes:
         name: The stream name.
         subjects: The subjects it captures.
-        retention: ``interest`` or ``limits``.
+        retention: ``interest``, ``limits`` or ``workqueue``.
         age: ``max_age``; None keeps messages until acked (interest) or limits apply.
         holds: What it carries (for operators).
         max_consumers: The stream's consumer limit; None for the server's default. Set on the
@@ -63,7 +68,7 @@ class StreamSpec:
 
     name: str
     subjects: tuple[str, ...]
-    retention: Literal["interest", "limits"]
+    retention: Literal["interest", "limits", "workqueue"]
     age: timedelta | None
     holds: str
     max_consumers: int | None = None
@@ -88,10 +93,21 @@ STREAMS: tuple[StreamSpec, ...] = (
     StreamSpec("CREWLET_EVENTS", ("crewlet.events.>",), "limits", timedelta(days=30), "telemetry events"),
     StreamSpec("CREWLET_CONFIG", ("crewlet.config.>",), "limits", timedelta(hours=1), "config nudges"),
     StreamSpec(DLQ_STREAM, ("dlq.>",), "limits", timedelta(days=30), "dead letters (event retention)"),
+    StreamSpec(
+        CUSTODY_STREAM,
+        ("crewlet.custody.>",),
+        "workqueue",
+        timedelta(days=30),
+        "events of nodes without data awaiting a custodian (ES-78)",
+    ),
 )
 """FL-76's streams that the bus owns (the memory changelog and namespaces are added by their users)."""
 
-_RETENTION = {"interest": RetentionPolicy.INTEREST, "limits": RetentionPolicy.LIMITS}
+_RETENTION = {
+    "interest": RetentionPolicy.INTEREST,
+    "limits": RetentionPolicy.LIMITS,
+    "workqueue": RetentionPolicy.WORK_QUEUE,
+}
 
 
 def _check(spec: StreamSpec, cfg: StreamConfig, replicas: int) -> None:

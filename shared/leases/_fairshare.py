@@ -5,7 +5,7 @@ Each sweep (every 5 s) reads the ``leases`` bucket once: live presence (``node.*
 
 - the eligible nodes are the live nodes that run ``seats`` and are not draining (FL-18: others are
   not in the denominator; roles that are absent or malformed read as all four, FL-11; a draining
-  node's presence says ``draining``, FL-129) and match the group's
+  node's presence says ``draining``, FL-129; nor shedding, FL-113; nor ``unserviceable``, FL-63) and match the group's
   node pin and labels (FL-57); this node always counts itself with its own labels (FL-45);
 - the group's share is ``ceil(group size / eligible nodes)`` (FL-59), spent on that group only;
 - the most constrained groups (fewest eligible nodes) are served first;
@@ -20,8 +20,7 @@ build's, the plan claims nothing and ``seat_claims_blocked_by_older_protocol`` i
 change of state; presence itself is ungated (FL-44), and seats already held are kept (older nodes
 keep working, newer ones wait). The gate is read once per sweep.
 
-Not yet: the ``preferred`` ordering of FL-54, undead charging (FL-60), unserviceable withdrawal
-(FL-63), and releasing a seat claimed in the instant between the gate's read and the claim (the
+Not yet: the ``preferred`` ordering of FL-54, undead charging (FL-60), and releasing a seat claimed in the instant between the gate's read and the claim (the
 check → claim → re-check of FL-134).
 """
 
@@ -125,11 +124,16 @@ class FairShare:
                 floor = min(floor, rec.protocol)
                 if "seats" not in rec.roles:
                     continue
-                if rec.meta.get("draining") is True or rec.meta.get("posture") in ("shed", "stuck"):
+                if (
+                    rec.meta.get("draining") is True
+                    or rec.meta.get("unserviceable") is True
+                    or rec.meta.get("posture") in ("shed", "stuck")
+                ):
                     # A draining node is handing its seats off (FL-129): counting it would keep
                     # every peer at its share and leave each seat it releases unowned until its
                     # presence goes, after its longest turn (FL-47 keeps it listed, not counted).
-                    # A shedding node gave its seats back (FL-113): peers take its share.
+                    # A shedding node gave its seats back (FL-113): peers take its share. So did
+                    # an unserviceable one, which cannot reach the estate (FL-63).
                     continue
                 labels = rec.meta.get("labels")
                 nodes[rec.node or res[5:]] = _Node(

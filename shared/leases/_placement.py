@@ -15,11 +15,14 @@ from typing import Literal, Protocol
 __all__ = ["FENCED_REASONS", "VOLUNTARY_REASONS", "ClaimAll", "PlacementPolicy", "Plan", "ReleaseReason"]
 
 ReleaseReason = Literal[
-    "drain", "rebalance", "role_gone", "placement", "lease_lost", "acquire_failed", "posture"
+    "drain", "rebalance", "role_gone", "placement", "lease_lost", "acquire_failed", "posture", "unserviceable"
 ]
-"""Why a seat is given up (fleet.md §26). Voluntary ones let the running handler finish (FL-66)."""
+"""Why a seat is given up (fleet.md §26). Voluntary ones let the running handler finish (FL-66);
+``unserviceable``: the node cannot reach the estate (FL-63)."""
 
-VOLUNTARY_REASONS: frozenset[str] = frozenset({"drain", "rebalance", "role_gone", "placement"})
+VOLUNTARY_REASONS: frozenset[str] = frozenset(
+    {"drain", "rebalance", "role_gone", "placement", "unserviceable"}
+)
 FENCED_REASONS: frozenset[str] = frozenset({"lease_lost", "acquire_failed", "posture"})
 
 

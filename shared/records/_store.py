@@ -15,10 +15,12 @@ loop never waits on the disk; SQLite is in WAL mode with one writer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -70,11 +72,16 @@ class TurnStore:
     Args:
         path: The SQLite file; its directory is created.
         node: This node's id, stored on every row.
+
+    Attributes:
+        on_finished: Called with each finished turn's result after its row is written (the node
+            runner emits the ``turn.finished`` event there, ES-77/ES-78); a failure is swallowed.
     """
 
     def __init__(self, path: Path, *, node: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._node = node
+        self.on_finished: Callable[[Any], None] | None = None
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._lock = threading.Lock()
@@ -175,6 +182,9 @@ class TurnStore:
                 result.turn_id,
             ),
         )
+        if self.on_finished is not None:
+            with contextlib.suppress(Exception):  # an event never fails the turn's record
+                self.on_finished(result)
 
     # -- reads -----------------------------------------------------------------------------------
 

@@ -102,7 +102,9 @@ class NodeContext:
 
         Reasons, first failing cause first: ``draining``, ``unconfigured`` (boot not finished or no
         company), ``broker_unlinked`` (the connection is reconnecting), ``shed`` / ``stuck`` (this
-        node cannot apply the epoch its peers applied, FL-112; ``detail`` carries the apply error).
+        node cannot apply the epoch its peers applied, FL-112; ``detail`` carries the apply error),
+        ``admission_withheld`` (a node without data before a data node confirmed a level copy, or
+        while none answers, FL-144/FL-63; ``detail`` says what the data nodes said).
         A drain outranks posture.
         """
         if self.draining:
@@ -119,6 +121,9 @@ class NodeContext:
             error = str(self.extras.get("config_error") or "")
             epoch = self.extras.get("config_target_epoch", 0)
             return False, self.posture, f"cannot apply config epoch {epoch} that peers applied: {error}"
+        withheld = self.extras.get("admission_withheld")
+        if withheld:  # FL-144/FL-63: a node without data claims nothing until a data node is level
+            return False, "admission_withheld", str(withheld)
         return True, "", ""
 
     def health(self) -> dict[str, Any]:

@@ -58,7 +58,9 @@ async def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             hit["snippet"] = hit["snippet"][:SNIPPET_CHARS]
         out.append(hit)
     # the sentence the model reads: partial (ES-64), building (ES-65) or failed (ES-36) say so
-    extra = {k: found[k] for k in ("sentence", "state", "partial") if isinstance(found, dict) and k in found}
+    extra: dict[str, Any] = {
+        k: found[k] for k in ("sentence", "state", "partial") if isinstance(found, dict) and k in found
+    }
     searched = bool(found.get("searched", True)) if isinstance(found, dict) else True
     return {"hits": out, "searched": searched, **extra}
 

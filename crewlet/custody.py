@@ -1,0 +1,103 @@
+"""Where a node's own events go: its event log on a data node, custody elsewhere (ES-77, ES-78).
+
+A data node writes the events it publishes into its own log (``ctx.extras["events"]``, opened by
+the data role). A node without ``data`` keeps no log: :func:`open_custody` starts a
+:class:`~shared.bus.CustodySender` (``ctx.extras["custody"]``) that hands them to the custody
+stream, where exactly one data node's custodian writes them (``data.origin`` / ``data.custodian``).
+
+Events emitted here: ``turn.finished`` (one per turn, from the turn records' ``on_finished`` hook)
+and ``config_revision_applied`` (the reconciler's event hook, :mod:`crewlet.node`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from shared import logs
+from shared.bus import CustodySender
+from shared.runtime import NodeContext
+
+__all__ = ["close_custody", "emit_event", "open_custody", "turn_event"]
+
+_log = logs.get("custody")
+
+
+def open_custody(ctx: NodeContext) -> CustodySender | None:
+    """Start the custody sender on a node without ``data`` (ES-78); None on a data node.
+
+    Call it after the bus streams are provisioned (the custody stream is one of them).
+    """
+    if "data" in ctx.cfg.roles or ctx.link is None:
+        return None
+    sender = CustodySender(ctx.link.js, origin=ctx.node_id)
+    sender.start()
+    ctx.extras["custody"] = sender
+    return sender
+
+
+def emit_event(ctx: NodeContext, ev: dict[str, Any]) -> None:
+    """Record one event this node published: in its own log, or handed to custody (ES-77, ES-78).
+
+    Never raises. On a data node whose log is not open yet (booting) the event is logged
+    ``event_unrecorded`` and dropped, as before the log exists.
+
+    Args:
+        ctx: The node.
+        ev: ``{event_time (unix µs), event_id, event_type, source?, category?, <filter columns>?,
+            data?, parties?}``.
+    """
+    events = ctx.extras.get("events")
+    if events is not None:
+        events.record({**ev, "data": {**(ev.get("data") or {}), "origin": ctx.node_id}})
+        return
+    sender = ctx.extras.get("custody")
+    if isinstance(sender, CustodySender):
+        sender.send(ev)
+        return
+    _log.debug("event_unrecorded", event_id=ev.get("event_id"), event_type=ev.get("event_type"))
+
+
+def turn_event(node_id: str, result: Any) -> dict[str, Any]:
+    """The ``turn.finished`` event of one finished turn (a ``shared.turns.TurnResult``).
+
+    Returns:
+        An event whose id is ``turn.finished.<turn id>`` (unique per turn), with the seat
+        (``agent_id``, party), the trace id, and in ``data`` the trigger's event id and source, the
+        outcome, error kind, token counts, rounds, tool calls and the charged work item.
+    """
+    start = result.start
+    trigger = getattr(start, "trigger", None)
+    ended = float(result.ended_at or time.time())
+    charge = result.work_item.key if result.work_item is not None else None
+    return {
+        "event_time": int(ended * 1_000_000),
+        "event_id": f"turn.finished.{result.turn_id}",
+        "event_type": "turn.finished",
+        "source": node_id,
+        "category": "turns",
+        "agent_id": result.seat,
+        "task_id": charge,
+        "trace_id": getattr(start, "trace_id", None) or None,
+        "data": {
+            "turn_id": result.turn_id,
+            "seat": result.seat,
+            "trigger_event_id": getattr(trigger, "event_id", "") or "",
+            "trigger_source": getattr(trigger, "source", "") or "",
+            "outcome": result.outcome,
+            "error_kind": result.error_kind,
+            "tokens": {"input": result.input_tokens, "output": result.output_tokens},
+            "rounds": len(result.rounds),
+            "tool_calls": len(result.tool_calls),
+            "work_item": charge,
+            "node": node_id,
+        },
+        "parties": {result.seat: "seat"},
+    }
+
+
+async def close_custody(ctx: NodeContext) -> None:
+    """Send what the custody sender still holds (up to 5 s), then stop it."""
+    sender = ctx.extras.pop("custody", None)
+    if isinstance(sender, CustodySender):
+        await sender.stop(grace=5.0)
