@@ -150,6 +150,14 @@ def test_good_file_paths_pass() -> None:
 
 ESTATE_API = {
     "Answer",
+    # issue 12: the divided search (ES-62..ES-64)
+    "DIVIDE_AT",
+    "SLICE_WAIT",
+    "DividedSearch",
+    "SliceResponder",
+    "assign",
+    "merge_hits",
+    "slice_subject",
     # issue 11: the trim, the sweeps, backups
     "BackupAgeWatch",
     "BackupFailed",
