@@ -28,6 +28,7 @@ by the credentials written into each remote URL that carries none.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import json
@@ -176,6 +177,7 @@ class EmbeddedBroker:
         self._cfg = cfg
         self._proc: subprocess.Popen[bytes] | None = None
         self._pump: asyncio.Task[None] | None = None
+        self._last_lines: collections.deque[str] = collections.deque(maxlen=3)
         self.url = ""
         self.monitor_url = ""
         self.pid = 0
@@ -214,9 +216,11 @@ class EmbeddedBroker:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                await asyncio.sleep(0.05)  # let the log pump print why
+                await asyncio.sleep(0.2)  # let the log pump read why
+                said = " | ".join(self._last_lines)
                 raise EmbeddedBrokerFailed(
                     f"nats-server exited with code {self._proc.returncode} at start (config {conf_path})"
+                    + (f": {said}" if said else "")
                 )
             if ports_file.exists():
                 try:
@@ -240,6 +244,7 @@ class EmbeddedBroker:
             if not line:
                 return
             text = line.decode("utf-8", "replace").rstrip()
+            self._last_lines.append(text)
             if "[ERR]" in text or "[FTL]" in text:
                 _log.error("nats_server_log", server=server, line=text)
             elif "[WRN]" in text:

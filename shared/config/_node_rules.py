@@ -64,6 +64,10 @@ KEY_BYTES = 32
 """An AES-256 key's length in bytes (CO-40: material is base64 of 32 bytes)."""
 
 
+_LEAF_SCHEMES = ("nats-leaf", "nats", "tls", "ws", "wss")
+"""URL schemes nats-server accepts for a leaf remote."""
+
+
 def _get(data: Any, *path: str) -> Any:
     for key in path:
         if not isinstance(data, dict):
@@ -352,6 +356,38 @@ def check_node(raw: dict[str, Any], cfg: NodeConfig | None, *, file: str, check_
                 "conflict",
                 "a leaf broker runs without JetStream and stores nothing; remove stream.store_dir",
             )
+
+    # FL-4: leaf remotes are nats-leaf:// (or ws/tls) URLs with a host and port, each named once;
+    # nats-server would only say "exited with code 1" at start
+    seen_urls: set[str] = set()
+    for i, url in enumerate(leaf_urls if isinstance(leaf_urls, list) else []):
+        path = f"stream.leaf.urls[{i}]"
+        parsed = urlsplit(str(url)) if isinstance(url, str) else None
+        try:
+            port = parsed.port if parsed is not None else None
+        except ValueError:
+            port = None
+        if parsed is None or parsed.scheme not in _LEAF_SCHEMES or not parsed.hostname or port is None:
+            err(
+                path,
+                "invalid",
+                f"{url!r} is not a leaf remote: write nats-leaf://HOST:PORT with a member's stream.leaf.port",
+            )
+        elif str(url) in seen_urls:
+            err(path, "conflict", f"{url!r} is listed twice")
+        seen_urls.add(str(url))
+    if leaf_urls and leaf and leaf.get("port"):
+        err(
+            "stream.leaf.port",
+            "conflict",
+            "a leaf (stream.leaf.urls) opens no leaf listener of its own; remove stream.leaf.port",
+        )
+    if leaf and cluster and leaf.get("port") and leaf.get("port") == cluster.get("port", 6222):
+        err(
+            "stream.leaf.port",
+            "conflict",
+            f"{leaf.get('port')} is also stream.cluster.port: give the leaf listener its own port",
+        )
 
     # FL-3, FL-4 external vs embedded keys
     if stype == "nats":

@@ -68,6 +68,40 @@ REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "workers reads",
     ),
     (
+        "a leaf remote that is not a URL",
+        {
+            "node": {"id": "s1", "roles": ["seats"]},
+            "store": {"scratch": True},
+            "stream": {"leaf": {"urls": ["nats-leaf://hub:7422", "not a url"]}},
+        },
+        "stream.leaf.urls[1]",
+        "nats-leaf://HOST:PORT",
+    ),
+    (
+        "a leaf remote over http",
+        {
+            "node": {"id": "s1", "roles": ["seats"]},
+            "store": {"scratch": True},
+            "stream": {"leaf": {"urls": ["http://hub:7422"]}},
+        },
+        "stream.leaf.urls[0]",
+        "not a leaf remote",
+    ),
+    (
+        "a leaf listener on the route port",
+        {
+            "node": {"id": "n1"},
+            "stream": {
+                "replicas": 3,
+                "store_dir": "/tmp/js",
+                "cluster": cluster(["nats://10.0.0.2:6222", "nats://10.0.0.3:6222"], port=6222),
+                "leaf": {"port": 6222},
+            },
+        },
+        "stream.leaf.port",
+        "also stream.cluster.port",
+    ),
+    (
         "data on a leaf",
         {"node": {"id": "n1"}, "stream": {"leaf": {"urls": ["nats-leaf://hub:7422"]}}},
         "node.roles",

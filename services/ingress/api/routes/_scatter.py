@@ -67,18 +67,27 @@ def _note_missing(ctx: NodeContext, family: str, missing: set[str]) -> None:
 
 
 async def _holders(ctx: NodeContext, *, events: bool, local: bool, cov: history.Coverage) -> list[str]:
-    """The live nodes holding this kind of history (this node when ``local``)."""
+    """The live nodes holding this kind of history (this node when ``local``).
+
+    When the lease store cannot be read (no quorum), the nodes of the last view read are asked
+    instead and the answer is partial: ``(fleet view)`` is listed missing with the reason, since a
+    node that joined meanwhile cannot be known.
+    """
     nodes: set[str] = {ctx.node_id} if local else set()
     if ctx.coord is None:
         return sorted(nodes)
+    cache: dict[bool, set[str]] = ctx.extras.setdefault("history_holders", {})
     try:
         view = await leases.fleet_view(ctx.coord)
     except CoordinationUnavailable as e:
-        cov.reasons["(fleet view)"] = f"lease store unavailable: {e}"
-        return sorted(nodes)
-    for n in view["nodes"]:
-        if not events or "data" in (n.get("roles") or []):
-            nodes.add(str(n["id"]))
+        cov.reasons["(fleet view)"] = f"lease store unavailable, asked the nodes last seen live: {e}"
+        cov.missing.append("(fleet view)")
+        nodes |= cache.get(events, set())
+    else:
+        cache[events] = {
+            str(n["id"]) for n in view["nodes"] if not events or "data" in (n.get("roles") or [])
+        }
+        nodes |= cache[events]
     if not local:
         nodes.discard(ctx.node_id)
     return sorted(nodes)
@@ -121,6 +130,7 @@ async def scatter(ctx: NodeContext, what: str, args: dict[str, Any]) -> Scattere
         budget=float(budget) if isinstance(budget, (int, float)) else history.READ_BUDGET,
     )
     cov.reasons.update(pre.reasons)
+    cov.missing += [m for m in pre.missing if m not in cov.missing]
     _note_missing(
         ctx,
         "events" if is_events else "turns",
