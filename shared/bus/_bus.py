@@ -23,7 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import logs
 
-from ._delivery import Fence, translate
+from ._delivery import Fence, add_consumer, translate
 from ._envelope import Envelope
 from ._errors import BusUnavailable
 from ._mailbox import Mailbox
@@ -147,21 +147,8 @@ class Bus:
         return pairs
 
     async def _create(self, group: str, topic: str, *, budget: float = 30.0) -> None:
-        deadline = time.monotonic() + budget
-        while True:
-            try:
-                await self._js.add_consumer(AGENT_STREAM, self.consumer_config(group, topic))
-                return
-            except (
-                nats.errors.TimeoutError,
-                nats.js.errors.NoStreamResponseError,
-                nats.errors.NoRespondersError,
-            ) as e:
-                if time.monotonic() > deadline:
-                    raise translate(e, f"create mailbox {group}", write=False) from None
-                await asyncio.sleep(0.25)
-            except Exception as e:  # noqa: BLE001
-                raise translate(e, f"create mailbox {group}", write=False) from None
+        config = self.consumer_config(group, topic)
+        await add_consumer(self._js, AGENT_STREAM, config, what=f"create mailbox {group}", budget=budget)
 
     async def ensure_mailboxes(self, handles: Iterable[str]) -> float:
         """Create (or adopt) every seat's inbox and control mailbox, concurrently (FL-77, FL-78).

@@ -9,6 +9,7 @@ translated into the bus seam's here (STYLE.md "Errors").
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -16,11 +17,13 @@ from typing import Literal
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig
 
 from ._envelope import Envelope
 from ._errors import BusUnavailable, PublishOutcomeUnknown
 
-__all__ = ["Deferred", "Delivery", "Fence", "Grouping", "Outcome", "translate"]
+__all__ = ["Deferred", "Delivery", "Fence", "Grouping", "Outcome", "add_consumer", "translate"]
 
 Fence = Callable[[str, int], bool]
 """``fence(handle, epoch) -> bool``: True while ``epoch`` still holds the seat (``SeatHost.holds``)."""
@@ -58,6 +61,34 @@ def translate(e: BaseException, what: str, *, write: bool) -> Exception:
             return PublishOutcomeUnknown(f"{what}: connection lost during the write")
         return BusUnavailable(f"{what}: connection lost")
     return BusUnavailable(f"{what}: {type(e).__name__}: {e}")
+
+
+async def add_consumer(
+    js: JetStreamContext, stream: str, config: ConsumerConfig, *, what: str, budget: float
+) -> None:
+    """Create (or update) a durable consumer, re-asking while the broker has no answer yet.
+
+    A timeout or "no responders" (a stream leader election, infra-facts N14) is retried every
+    0.25 s for ``budget`` seconds; any other error returns at once (FL-28).
+
+    Raises:
+        BusUnavailable: the budget ran out, or the broker refused the create (``what`` names it).
+    """
+    deadline = time.monotonic() + budget
+    while True:
+        try:
+            await js.add_consumer(stream, config)
+            return
+        except (
+            nats.errors.TimeoutError,
+            nats.js.errors.NoStreamResponseError,
+            nats.errors.NoRespondersError,
+        ) as e:
+            if time.monotonic() > deadline:
+                raise translate(e, what, write=False) from None
+            await asyncio.sleep(0.25)
+        except Exception as e:  # noqa: BLE001
+            raise translate(e, what, write=False) from None
 
 
 @dataclass

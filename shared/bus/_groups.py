@@ -20,19 +20,15 @@ and no other module creates a shared durable outside the per-seat and per-node o
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
-import nats.errors
-import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import logs
 
-from ._delivery import translate
+from ._delivery import add_consumer, translate
 from ._streams import CUSTODY_STREAM
 
 __all__ = ["CUSTODY_GROUP", "GROUPS", "FleetGroup", "attach_group", "may_join"]
@@ -133,20 +129,11 @@ async def attach_group(
         max_deliver=-1,
         filter_subject=group.subject,
     )
-    deadline = time.monotonic() + budget
-    while True:
-        try:
-            await js.add_consumer(group.stream, config)
-            psub = await js.pull_subscribe_bind(durable=group.name, stream=group.stream)
-            _log.info("fleet_group_joined", group=group.name, stream=group.stream)
-            return psub
-        except (
-            nats.errors.TimeoutError,
-            nats.js.errors.NoStreamResponseError,
-            nats.errors.NoRespondersError,
-        ) as e:
-            if time.monotonic() > deadline:
-                raise translate(e, f"join group {group.name}", write=False) from None
-            await asyncio.sleep(0.25)
-        except Exception as e:  # noqa: BLE001
-            raise translate(e, f"join group {group.name}", write=False) from None
+    what = f"join group {group.name}"
+    await add_consumer(js, group.stream, config, what=what, budget=budget)
+    try:
+        psub = await js.pull_subscribe_bind(durable=group.name, stream=group.stream)
+    except Exception as e:  # noqa: BLE001 - the seam's error, naming the group
+        raise translate(e, what, write=False) from None
+    _log.info("fleet_group_joined", group=group.name, stream=group.stream)
+    return psub
