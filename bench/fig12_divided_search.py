@@ -38,9 +38,8 @@ import nats
 from nats.aio.client import Client
 
 from shared import estate
-from shared.estate._decide import derived_id
-from shared.estate._pages import address_of
 from shared.router import decode_answer, encode_call, rpc_subject
+from tests.support.pages import publish_pages
 
 from ._ctx import Ctx
 from ._env import PROJECT, NatsCluster, Node, free_port, node_file, write_company
@@ -50,48 +49,10 @@ from .fig7_search import generate_pages
 __all__ = ["run"]
 
 
-def _record(i: int, title: str, body: str, now: int) -> estate.Record:
-    op = estate.mint_op_id(f"bench-page-{i}")
-    pid = derived_id("page", op)
-    return estate.Record(
-        kind="page_write",
-        domain="pages",
-        subject=estate.object_subject("pages", "page", pid),
-        op_id=op,
-        writer="bench",
-        generation=1,
-        at=now,
-        payload={
-            "page_id": pid,
-            "create": True,
-            "container": PROJECT,
-            "title": title,
-            "address": address_of(title),
-            "body": body,
-            "author": "bench",
-            "author_kind": "operator",
-        },
-        scope=(f"page:{pid}", f"space:{PROJECT}"),
-    )
-
-
 async def _publish(nc: Client, pages: list[tuple[str, str]]) -> int:
-    js = nc.jetstream(timeout=60.0)
-    now = int(time.time() * 1_000_000)
-    last = 0
-    step = 1000
-    for start in range(0, len(pages), step):
-        recs = [_record(start + i, t, b, now) for i, (t, b) in enumerate(pages[start : start + step])]
-        acks = await asyncio.gather(
-            *(
-                js.publish(
-                    r.subject, r.encode(), headers={"Nats-Msg-Id": r.op_id}, stream=estate.STREAMS["pages"]
-                )
-                for r in recs
-            )
-        )
-        last = max(last, *(int(a.seq) for a in acks))
-    return last
+    return await publish_pages(
+        nc.jetstream(timeout=60.0), [(PROJECT, t, b) for t, b in pages], writer="bench"
+    )
 
 
 async def _ask(nc: Client, node: str, op: str, args: dict[str, Any]) -> Any:

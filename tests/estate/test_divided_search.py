@@ -36,11 +36,10 @@ from sqlalchemy import create_engine
 
 from shared import estate
 from shared.estate import assign, merge_hits, slice_subject
-from shared.estate._decide import derived_id
-from shared.estate._pages import address_of
 from shared.estate._pages_read import search_pages
 from shared.router import decode_answer, encode_call, rpc_subject
 from tests.support.cluster import NatsCluster
+from tests.support.pages import publish_pages
 from tests.support.procs import REPO, TOKEN, Node, free_port, node_file
 
 H = {"Authorization": f"Bearer {TOKEN}"}
@@ -224,54 +223,11 @@ def _pages(n: int) -> list[tuple[str, str, str]]:
     return out
 
 
-def _record(i: int, space: str, title: str, body: str, now: int) -> estate.Record:
-    op = estate.mint_op_id(f"divided-page-{i}")
-    pid = derived_id("page", op)
-    return estate.Record(
-        kind="page_write",
-        domain="pages",
-        subject=estate.object_subject("pages", "page", pid),
-        op_id=op,
-        writer="divided-test",
-        generation=1,
-        at=now,
-        payload={
-            "page_id": pid,
-            "create": True,
-            "container": space,
-            "title": title,
-            "address": address_of(title),
-            "body": body,
-            "author": "divided-test",
-            "author_kind": "operator",
-        },
-        scope=(f"page:{pid}", f"space:{space}"),
-    )
-
-
 async def _publish(urls: str, pages: list[tuple[str, str, str]]) -> int:
     """Publish the pages' records onto the pages log in batches; return the last sequence."""
     nc = await nats.connect(servers=urls.split(","))
     try:
-        js = nc.jetstream(timeout=30.0)
-        now = int(time.time() * 1_000_000)
-        last = 0
-        step = 1000
-        for start in range(0, len(pages), step):
-            recs = [_record(start + i, *p, now) for i, p in enumerate(pages[start : start + step])]
-            acks = await asyncio.gather(
-                *(
-                    js.publish(
-                        r.subject,
-                        r.encode(),
-                        headers={"Nats-Msg-Id": r.op_id},
-                        stream=estate.STREAMS["pages"],
-                    )
-                    for r in recs
-                )
-            )
-            last = max(last, *(int(a.seq) for a in acks))
-        return last
+        return await publish_pages(nc.jetstream(timeout=30.0), pages, writer="divided-test")
     finally:
         await nc.close()
 
