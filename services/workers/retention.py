@@ -50,7 +50,7 @@ from shared.estate._trim import (
     read_min_hold,
     snapshot_floor,
 )
-from shared.leases import LeaseRecord
+from shared.leases import live_data_nodes
 
 __all__ = [
     "TRIMMED_DOMAINS",
@@ -232,15 +232,7 @@ class Retention:
         Raises:
             CoordinationUnavailable: the leases could not be read.
         """
-        nodes = set()
-        for e in await self._coord.entries("leases", "node."):
-            try:
-                rec = LeaseRecord.decode(e.key, e.value)
-            except ValueError:
-                continue
-            if "data" in rec.roles:
-                nodes.add(rec.node or e.key[5:])
-        return sorted(nodes)
+        return await live_data_nodes(self._coord)
 
     async def terms(
         self, domain: str, *, now_us: int | None = None, excluded: Iterable[str] = ()

@@ -51,7 +51,7 @@ from prometheus_client import REGISTRY, Counter
 from shared import logs
 from shared.broker import Responder
 from shared.coordination import Coordination, CoordinationUnavailable
-from shared.leases import LeaseRecord
+from shared.leases import live_data_nodes
 
 from ._errors import EstateError
 from ._fts import lexical_query
@@ -230,16 +230,9 @@ class DividedSearch:
         nodes = {self.node_id}
         if self._coord is not None:
             try:
-                entries = await self._coord.entries("leases", "node.")
+                nodes.update(await live_data_nodes(self._coord))
             except CoordinationUnavailable:
                 return list(self._view[1]) if self._view is not None else [self.node_id]
-            for e in entries:
-                try:
-                    rec = LeaseRecord.decode(e.key, e.value)
-                except ValueError:
-                    continue
-                if "data" in rec.roles:
-                    nodes.add(rec.node or e.key[5:])
         view = sorted(nodes)
         self._view = (now, view)
         return list(view)

@@ -12,7 +12,7 @@ from ._fairshare import MAX_CLAIMS_PER_SWEEP, MAX_RELEASES_PER_SWEEP, FairShare,
 from ._host import SeatHost
 from ._ledger import Ledger
 from ._placement import FENCED_REASONS, VOLUNTARY_REASONS, ClaimAll, PlacementPolicy, Plan, ReleaseReason
-from ._presence import Presence
+from ._presence import Presence, live_data_nodes
 from ._records import LeaseRecord, key_of, resource_of
 from ._seat import CAS_ROUNDS, Grant, SeatLease, SeatLeases
 from ._view import RoleWatch, fleet_view
@@ -47,6 +47,7 @@ __all__ = [
     "current_epoch",
     "fleet_view",
     "key_of",
+    "live_data_nodes",
     "read_epoch",
     "resource_of",
 ]

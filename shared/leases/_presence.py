@@ -157,3 +157,23 @@ class Presence:
             with contextlib.suppress(RevisionConflict, CoordinationUnavailable):
                 await self._coord.delete("leases", self._key, revision=self._revision)
             self.held = False
+
+
+async def live_data_nodes(coord: Coordination) -> list[str]:
+    """The ids of the nodes whose live presence lease names role ``data``, sorted (FL-139, ES-47).
+
+    Stateless nodes never count as a copy of the estate: the router, the trim, the eviction gate and
+    the search division all take the role from presence (FL-144). Unreadable rows are skipped.
+
+    Raises:
+        CoordinationUnavailable: the lease bucket could not be read.
+    """
+    nodes = set()
+    for e in await coord.entries("leases", "node."):
+        try:
+            rec = LeaseRecord.decode(e.key, e.value)
+        except ValueError:
+            continue
+        if "data" in rec.roles:
+            nodes.add(rec.node or e.key[5:])
+    return sorted(nodes)

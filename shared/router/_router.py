@@ -32,7 +32,7 @@ from nats.aio.client import Client
 from shared import logs
 from shared.coordination import Coordination, CoordinationUnavailable
 from shared.estate import OPS, STREAMS, Answer, Call, OutcomeUnknown, ReadLevel, from_wire, mint_op_id
-from shared.leases import LeaseRecord
+from shared.leases import live_data_nodes
 
 from ._api import EstateCalls
 from ._errors import AnswerTooLarge, NobodyAnswered, NodeReply
@@ -118,18 +118,11 @@ class EstateRouter(EstateCalls):
         if self._coord is None:
             return []
         try:
-            entries = await self._coord.entries("leases", "node.")
+            nodes = await live_data_nodes(self._coord)
         except CoordinationUnavailable:
             if self._view is not None:
                 return list(self._view[1])
             raise
-        nodes = sorted(
-            {
-                LeaseRecord.decode(e.key, e.value).node or e.key[5:]
-                for e in entries
-                if "data" in LeaseRecord.decode(e.key, e.value).roles
-            }
-        )
         self._view = (now, nodes)
         return nodes
 

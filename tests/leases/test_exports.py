@@ -9,7 +9,7 @@ def test_public_api() -> None:
             "CAS_ROUNDS", "FENCED_REASONS", "VOLUNTARY_REASONS", "ClaimAll", "EpochRecord", "Grant",
             "LeaseContention", "LeaseError", "LeaseRecord", "Ledger", "PlacementPolicy", "Plan", "Presence",
             "ReleaseReason", "SeatHost", "SeatLease", "SeatLeases", "check_epoch", "current_epoch", "fleet_view",
-            "key_of", "read_epoch", "resource_of", "FairShare", "Selector", "RoleWatch",
+            "key_of", "live_data_nodes", "read_epoch", "resource_of", "FairShare", "Selector", "RoleWatch",
             "MAX_CLAIMS_PER_SWEEP", "MAX_RELEASES_PER_SWEEP", "DUTY_TTLS", "Duties", "DutyTTLTooLong",
         ]
     )  # fmt: skip
