@@ -170,10 +170,10 @@ class Applier:
         (its next record is gone from the log: it must adopt a snapshot), ``adopting`` (an install is
         in progress) or ``estate_lost`` (the file could not be reopened); empty otherwise."""
         self.on_below: Callable[[], None] | None = None
+        """Called once when a fetch shows the log's first record beyond this copy's next (ES-58)."""
         self.evicted = False
         """True while this copy's own node stands evicted on this log (ES-40, ES-51): set by the
         position heartbeat from the applied gate records; readmission clears it."""
-        """Called once when a fetch shows the log's first record beyond this copy's next (ES-58)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
