@@ -96,10 +96,12 @@ def _print_view(view: dict[str, Any], out: Console) -> None:
         out.print(table)
     else:
         out.print(f"metadata group not read: {view.get('group_error')}", markup=False)
+    if view.get("presence_error"):
+        out.print(f"presence not read, so no findings: {view['presence_error']}", markup=False)
     for f in view.get("findings", []):
         who = f["node"] or "(name unknown)"
         out.print(f"{f['kind']}: {who} ({f['peer']}): {f['detail']}", markup=False)
-    if not view.get("findings"):
+    if not view.get("findings") and not view.get("presence_error"):
         out.print("no findings")
 
 

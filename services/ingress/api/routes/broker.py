@@ -3,7 +3,9 @@
 - ``GET /fleet/broker`` (``state:read``): what each live node advertises beside how the metadata
   group counts it, and every disagreement named (FL-147). An unread group is absent with
   ``group_error``, never empty; on an external cluster the answer is ``external: true`` and nothing
-  else. An unreadable lease store answers 503.
+  else. While the lease store cannot be read (lost quorum) it still answers the group, with no
+  ``nodes`` or ``findings`` (they compare voters with presence) and ``presence_error`` saying why;
+  a removal then answers 503.
 - ``POST /fleet/broker/remove/{node}?confirm={node}[&force=true]`` and
   ``POST /fleet/broker/remove-peer/{peer}?confirm={peer}[&force=true]`` (``fleet:operate``): 400
   ``confirm_required`` when ``confirm`` is missing or does not repeat the target; 409 with the
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, HTTPException
 
 from shared import leases, logs
 from shared.broker import Membership, MembershipOutcomeUnknown, MembershipRefused
@@ -79,7 +81,21 @@ def router(ctx: NodeContext) -> APIRouter:
     @r.get("/fleet/broker", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
     async def get_broker() -> dict[str, Any]:
         m = membership_of(ctx)
-        presence = await _presence(ctx) if m.kind != "client" else []
+        if m.kind == "client":
+            return await m.view([])
+        try:
+            presence = await _presence(ctx)
+        except HTTPException as e:
+            # Lost quorum is when an operator most needs the voters: answer the group alone, with
+            # no findings (they compare voters with presence, which cannot be read now).
+            view = await m.view([])
+            detail = e.detail.get("detail") if isinstance(e.detail, dict) else e.detail
+            return {
+                **view,
+                "nodes": [],
+                "findings": [],
+                "presence_error": f"lease store unavailable: {detail}",
+            }
         return await m.view(presence)
 
     async def _remove(*, node: str | None, peer: str | None, force: bool) -> dict[str, Any]:
