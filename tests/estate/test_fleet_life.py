@@ -197,6 +197,15 @@ def test_the_estate_over_time(fleet: Fleet, tmp_path: Path) -> None:
         every=1.0,
     )
     print(f"c stopped at {c_seq}; tracker floor {floor['floor']}; terms {floor['terms']}")
+    # the purge follows the published floor on a later retention tick: c must come back below it
+    wait_for(
+        "the tracker log purged past c",
+        lambda: (lambda first: first if first and int(first) > c_seq + 1 else None)(
+            fleet.estate()["logs"]["tracker"]["first_seq"]
+        ),
+        120,
+        every=1.0,
+    )
 
     # 4. c comes back below its log: it adopts a peer's snapshot, then replays the tail
     c2 = fleet.start("c")
