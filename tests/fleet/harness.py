@@ -95,17 +95,6 @@ def company_doc(llm: FleetLLM, *, extra_roles: list[dict[str, Any]] | None = Non
     return dict(data)
 
 
-def _cluster(root: Path, attempts: int = 3) -> NatsCluster:
-    """Start the 3-member cluster, again on fresh ports when one was taken meanwhile (infra-facts P1)."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return NatsCluster(root / f"cluster{attempt}")
-        except RuntimeError as e:
-            if "address already in use" not in str(e) or attempt == attempts:
-                raise
-    raise AssertionError("unreachable")
-
-
 def sign(body: bytes) -> str:
     """GitHub's ``X-Hub-Signature-256`` of ``body`` under :data:`SECRET`."""
     return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
@@ -135,7 +124,7 @@ class Fleet:
         self.seats: tuple[str, ...] = SEATS  # the agent seats of the active revision
         self.company = write_yaml(root / "company.yaml", company_doc(self.llm))
         try:
-            self.cluster = _cluster(root)
+            self.cluster = NatsCluster(root / "cluster")  # retries a port taken meanwhile (P1)
             members = [("127.0.0.1", m.client_port) for m in self.cluster.members]
             for i, name in enumerate(names):
                 # each node prefers another member first, so the cluster's load and faults spread

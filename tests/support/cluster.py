@@ -62,14 +62,27 @@ class ClusterMember:
 
 
 class NatsCluster:
-    """Three nats-server members ``n1``..``n3`` on loopback.
+    """Three nats-server members ``n1``..``n3`` on loopback (started again on fresh ports, up to
+    ``attempts`` times, when a port was taken between picking and binding it: infra-facts P1).
 
     Args:
         root: Directory for the members' configs, stores and logs.
         size: Members (3).
     """
 
-    def __init__(self, root: Path, *, size: int = 3) -> None:
+    def __init__(self, root: Path, *, size: int = 3, attempts: int = 3) -> None:
+        for attempt in range(1, attempts + 1):
+            # free_port() has a small race (infra-facts P1): a port taken meanwhile fails one
+            # member's bind; start again on fresh ports in a fresh directory
+            where = root if attempt == 1 else root.with_name(f"{root.name}-{attempt}")
+            try:
+                self._start_all(where, size)
+                return
+            except RuntimeError as e:
+                if "address already in use" not in str(e) or attempt == attempts:
+                    raise
+
+    def _start_all(self, root: Path, size: int) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.members = [
             ClusterMember(f"n{i + 1}", root, client=free_port(), route=free_port(), monitor=free_port())
