@@ -3,12 +3,14 @@
 :class:`LlmProvider` is the contract (one ``complete`` call, never retried); the backends are
 ``openai``/``openai-compatible`` and ``anthropic`` over httpx, and ``offline`` (deterministic,
 rule-driven, labelled ``[offline]``). :func:`build_providers` builds an applied company's
-entries; :class:`ProviderChain` rotates keys and falls back in order.
+entries; :class:`ProviderChain` rotates keys and falls back in order, skipping keys the node's
+:class:`CooldownBoard` has benched (CO-42, FL-121).
 """
 
 from ._anthropic import ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicProvider
 from ._base import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_TIMEOUT_SECONDS, LlmProvider
 from ._chain import ProviderChain, ProviderSet, build_provider, build_providers
+from ._cooldowns import COOLDOWN_CEILING, MIN_COOLDOWN, Bench, BenchKind, CooldownBoard, key_hint
 from ._errors import (
     AuthFailed,
     ContextTooLong,
@@ -42,16 +44,21 @@ from ._types import (
 __all__ = [
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_VERSION",
+    "COOLDOWN_CEILING",
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_TIMEOUT_SECONDS",
+    "MIN_COOLDOWN",
     "OFFLINE_LABEL",
     "OPENAI_BASE_URL",
     "AnthropicProvider",
     "AssistantMessage",
     "AuthFailed",
+    "Bench",
+    "BenchKind",
     "ChatRequest",
     "Completion",
     "ContextTooLong",
+    "CooldownBoard",
     "ErrorKind",
     "FatalLLMError",
     "HttpProvider",
@@ -78,5 +85,6 @@ __all__ = [
     "UserMessage",
     "build_provider",
     "build_providers",
+    "key_hint",
     "parse_retry_after",
 ]

@@ -10,6 +10,14 @@ first entry.
 ``rate_limit``/``auth`` the entry's next key is tried (each key once per call); then, on any
 retryable failure, the next entry; a ``fatal`` error stops the chain at once. When every
 member failed retryably, or none is usable, it raises :class:`LLMUnavailable`.
+
+Credential cooldowns (CO-42, FL-121): the node's :class:`~shared.providers.CooldownBoard` is
+created once per node and outlives applies, while a :class:`ProviderSet` is built per apply; so
+the board is handed in where the set is built (``build_providers(..., board=)`` or
+``ProviderSet(..., board=)``) and every chain of that set consults it: a benched key is not
+called, an entry whose every key is benched is skipped (the chain falls back to the next), and a
+``rate_limit``/``auth`` failure benches the key that failed. A set built without a board never
+benches (every key is called, as before cooldowns existed).
 """
 
 from __future__ import annotations
@@ -24,7 +32,15 @@ from shared import config, logs
 
 from ._anthropic import ANTHROPIC_BASE_URL, AnthropicProvider
 from ._base import LlmProvider
-from ._errors import FatalLLMError, LLMError, LLMUnavailable, ProviderMisconfigured
+from ._cooldowns import CooldownBoard
+from ._errors import (
+    AuthFailed,
+    FatalLLMError,
+    LLMError,
+    LLMUnavailable,
+    ProviderMisconfigured,
+    RateLimited,
+)
 from ._offline import OfflineProvider
 from ._openai import OPENAI_BASE_URL, OpenAICompatibleProvider, OpenAIProvider
 from ._types import ChatRequest, Completion
@@ -37,23 +53,103 @@ _ENV_FALLBACK = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 
 
 class ProviderChain:
-    """A seat's providers in fallback order (CO-3).
+    """A seat's providers in fallback order (CO-3), skipping benched keys (CO-42).
 
     Args:
         keys: The chain as configured, usable or not (named in :class:`LLMUnavailable`).
         members: The usable providers, in chain order.
+        board: The node's credential cooldowns; None to call every key (no benching).
     """
 
-    def __init__(self, keys: Sequence[str], members: Sequence[LlmProvider]) -> None:
+    def __init__(
+        self, keys: Sequence[str], members: Sequence[LlmProvider], *, board: CooldownBoard | None = None
+    ) -> None:
         self.keys = tuple(keys)
         self.members = tuple(members)
+        self.board = board
 
     def provider(self, key: str) -> LlmProvider | None:
         """Return the usable member with ``key``, or None."""
         return next((m for m in self.members if m.key == key), None)
 
+    def _pick(self, provider: LlmProvider, tried: set[int]) -> bool:
+        """Make the first untried, unbenched key of ``provider`` current, counting on from the
+        current one; False when there is none (the current key then stays as it was).
+
+        Rotation sticks (CO-3), so a benched key is passed over once and later calls start from
+        the key that is free.
+        """
+        count = max(provider.key_count, 1)
+        keys = provider.api_keys or ("",)
+        start = provider.key_index
+        for step in range(count):
+            index = (start + step) % count
+            if index in tried or (
+                self.board is not None and self.board.is_benched(provider.key, keys[index])
+            ):
+                continue
+            for _ in range(step):
+                provider.rotate_key()
+            if step:
+                _log.info("llm_key_rotated", provider_key=provider.key, key_index=provider.key_index)
+            return True
+        return False
+
+    def _benched(self, provider: LlmProvider) -> LLMError:
+        """The attempt recorded for an entry skipped because its every key is benched."""
+        assert self.board is not None
+        benches = [self.board.bench_of(provider.key, k) for k in provider.api_keys or ("",)]
+        live = [b for b in benches if b is not None]
+        first = min(live, key=lambda b: b.until) if live else None
+        cls = AuthFailed if first is not None and first.kind == "auth" else RateLimited
+        left = (first.until - self.board.now()).total_seconds() if first is not None else None
+        until = f" until {first.until.isoformat(timespec='seconds')}" if first is not None else ""
+        _log.info("llm_entry_benched", provider_key=provider.key, keys=len(benches))
+        return cls(
+            f"{provider.key}: every key is cooling down{until}; not called",
+            provider_key=provider.key,
+            retry_after=max(left, 0.0) if left is not None else None,
+        )
+
+    def free_in(self) -> float | None:
+        """Seconds until some member has a key that is not benched (CO-42); None when one is free
+        now, or without a board. A turn that found every key benched is redelivered after this."""
+        if self.board is None or not self.members:
+            return None
+        now = self.board.now()
+        waits: list[float] = []
+        for provider in self.members:
+            for key in provider.api_keys or ("",):
+                bench = self.board.bench_of(provider.key, key)
+                if bench is None:
+                    return None
+                waits.append(max(0.0, (bench.until - now).total_seconds()))
+        return min(waits) if waits else None
+
+    def estimate(self, request: ChatRequest) -> int:
+        """The most tokens ``request`` may cost (CO-37, FL-119): the estimate of the first
+        member that has a key free now (:meth:`LlmProvider.estimate`), else of the first member.
+
+        Args:
+            request: The round about to run.
+
+        Returns:
+            Tokens; 0 when the chain has no usable member (its call fails without cost).
+        """
+        for provider in self.members:
+            if self.board is None or any(
+                not self.board.is_benched(provider.key, k) for k in provider.api_keys or ("",)
+            ):
+                return provider.estimate(request)
+        return self.members[0].estimate(request) if self.members else 0
+
     async def complete(self, request: ChatRequest) -> Completion:
-        """Ask each member in order until one answers (CO-3, CO-12).
+        """Ask each member in order until one answers (CO-3, CO-12, CO-42).
+
+        Within a member, a key the board has benched is not called; a ``rate_limit``/``auth``
+        failure benches the key (:meth:`CooldownBoard.bench`, which also publishes it to every
+        node) and moves to the member's next key; each key is tried at most once per call. A
+        member whose every key is benched is skipped without a call.
 
         Args:
             request: The call; each member fills its own model and defaults.
@@ -63,19 +159,27 @@ class ProviderChain:
 
         Raises:
             FatalLLMError: A member refused the request itself (the chain stops there).
-            LLMUnavailable: Every member failed retryably, or no member is usable.
+            LLMUnavailable: Every member failed retryably or was benched, or no member is
+                usable. Its ``attempts`` hold each call's error and, for a member skipped whole,
+                a :class:`RateLimited` (or :class:`AuthFailed`) with no status whose
+                ``retry_after`` is the seconds until its first key is free.
         """
         attempts: list[tuple[str, LLMError]] = []
         for provider in self.members:
-            tried = 0
+            tried: set[int] = set()
             while True:
+                if not self._pick(provider, tried):
+                    if not tried and self.board is not None:
+                        attempts.append((provider.key, self._benched(provider)))
+                    break
+                tried.add(provider.key_index)
+                api_key = provider.api_key
                 try:
-                    return await provider.complete(request)
+                    answer = await provider.complete(request)
                 except FatalLLMError:
                     raise
                 except LLMError as e:
                     attempts.append((provider.key, e))
-                    tried += 1
                     _log.warning(
                         "llm_call_failed",
                         provider_key=provider.key,
@@ -83,14 +187,20 @@ class ProviderChain:
                         status=e.status,
                         error=str(e),
                     )
-                    if (
-                        e.kind in ("rate_limit", "auth")
-                        and tried < provider.key_count
-                        and provider.rotate_key()
-                    ):
-                        _log.info("llm_key_rotated", provider_key=provider.key, key_index=provider.key_index)
-                        continue
-                    break
+                    if e.kind not in ("rate_limit", "auth"):
+                        break
+                    if self.board is not None:
+                        await self.board.bench(
+                            provider.key,
+                            api_key,
+                            "auth" if e.kind == "auth" else "rate_limit",
+                            retry_after=e.retry_after,
+                            cooldowns=provider.cooldowns,
+                        )
+                    continue
+                if self.board is not None:
+                    self.board.cleared(provider.key, api_key)
+                return answer
         raise LLMUnavailable(self.keys, attempts)
 
 
@@ -102,6 +212,8 @@ class ProviderSet:
         declared: Every key of the document in order (usable or not); None for the keys of
             ``providers``.
         unconfigured: The keys skipped for having no usable key, with why.
+        board: The node's credential cooldowns, consulted by every chain of the set (CO-42);
+            None for no benching.
     """
 
     def __init__(
@@ -110,14 +222,16 @@ class ProviderSet:
         *,
         declared: Sequence[str] | None = None,
         unconfigured: Mapping[str, str] | None = None,
+        board: CooldownBoard | None = None,
     ) -> None:
         self.providers = dict(providers)
         self.declared = tuple(declared if declared is not None else self.providers)
         self.unconfigured = dict(unconfigured or {})
+        self.board = board
 
     def chain(self, keys: Sequence[str]) -> ProviderChain:
-        """Return the chain over ``keys``, skipping the unusable ones (CO-3)."""
-        return ProviderChain(keys, [self.providers[k] for k in keys if k in self.providers])
+        """Return the chain over ``keys``, skipping the unusable ones (CO-3), with the set's board."""
+        return ProviderChain(keys, [self.providers[k] for k in keys if k in self.providers], board=self.board)
 
     def chain_keys(self, role: config.CompanyRole | None) -> tuple[str, ...]:
         """Return the keys a role's executor uses: its ``llm`` (a key, a list, or the
@@ -181,6 +295,7 @@ def build_provider(
         "max_output_tokens": entry.max_output_tokens,
         "temperature": entry.temperature,
         "timeout_seconds": entry.timeout_seconds,
+        "cooldowns": entry.cooldowns,
     }
     if entry.type == "offline":
         if not entry.script:
@@ -211,7 +326,11 @@ def build_provider(
 
 
 def build_providers(
-    company: config.Company, *, base_dir: str | Path = ".", env: Mapping[str, str] | None = None
+    company: config.Company,
+    *,
+    base_dir: str | Path = ".",
+    env: Mapping[str, str] | None = None,
+    board: CooldownBoard | None = None,
 ) -> ProviderSet:
     """Build every ``providers.llm`` entry of an applied company (CO-3).
 
@@ -222,9 +341,12 @@ def build_providers(
         company: The company with secrets resolved (:func:`shared.config.resolve_secrets`).
         base_dir: The company file's directory (offline scripts are relative to it).
         env: See :func:`build_provider`.
+        board: The node's :class:`~shared.providers.CooldownBoard` (one per node, outliving
+            applies); None for chains that never bench a key (CO-42).
 
     Returns:
-        The set; close it with :meth:`ProviderSet.aclose` when the apply retires.
+        The set; close it with :meth:`ProviderSet.aclose` when the apply retires (the board
+        stays: it belongs to the node).
     """
     built: dict[str, LlmProvider] = {}
     skipped: dict[str, str] = {}
@@ -234,4 +356,4 @@ def build_providers(
         except ProviderMisconfigured as e:
             skipped[key] = str(e)
             _log.warning("provider_unconfigured", key=key, reason=str(e))
-    return ProviderSet(built, declared=list(company.providers.llm), unconfigured=skipped)
+    return ProviderSet(built, declared=list(company.providers.llm), unconfigured=skipped, board=board)

@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from shared.config import Cooldowns
+
 from ._base import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_TIMEOUT_SECONDS, LlmProvider
 from ._errors import (
     AuthFailed,
@@ -93,6 +95,7 @@ class HttpProvider(LlmProvider):
         max_output_tokens: Default answer cap, in tokens.
         temperature: Sent only when not None.
         timeout_seconds: Per-call timeout, in seconds.
+        cooldowns: How long a benched key rests (CO-42); None for the defaults.
     """
 
     def __init__(
@@ -105,6 +108,7 @@ class HttpProvider(LlmProvider):
         max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
         temperature: float | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        cooldowns: Cooldowns | None = None,
     ) -> None:
         super().__init__(
             key,
@@ -113,6 +117,7 @@ class HttpProvider(LlmProvider):
             max_output_tokens=max_output_tokens,
             temperature=temperature,
             timeout_seconds=timeout_seconds,
+            cooldowns=cooldowns,
         )
         self.base_url = base_url.rstrip("/")
         self._client: httpx.AsyncClient | None = None

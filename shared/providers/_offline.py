@@ -16,13 +16,14 @@ asks for titles too; page titles are left alone because a page title is its addr
 ``Notes SUP-1`` in the golden path). ``model`` is always ``crewlet-offline-1``.
 
 Token counts (CO-15, ours): ``input = ceil(utf8 bytes(system + messages + tools JSON) / 4)``,
-``output = ceil(utf8 bytes(output) / 4)``, cache figures 0. No randomness, no clock: the same
+``output = ceil(utf8 bytes(output) / 4)``, cache figures 0 (the prompt text is
+:func:`~shared.providers._base.prompt_text`). :meth:`OfflineProvider.estimate` is exact: the same
+two figures, computed without answering. No randomness, no clock: the same
 conversation yields byte-identical answers.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
@@ -30,7 +31,7 @@ from typing import Any, ClassVar
 
 from shared.config import OFFLINE_MODEL, OfflineRule, OfflineScript
 
-from ._base import LlmProvider
+from ._base import LlmProvider, prompt_text
 from ._types import (
     AssistantMessage,
     ChatRequest,
@@ -92,6 +93,23 @@ class OfflineProvider(LlmProvider):
 
     async def complete(self, request: ChatRequest) -> Completion:
         """Answer from the script (CO-15); see :meth:`LlmProvider.complete`. Never raises."""
+        return self._answer(request)
+
+    def estimate(self, request: ChatRequest) -> int:
+        """Exactly what :meth:`complete` counts for ``request``: its ``input_tokens`` plus
+        ``output_tokens`` (CO-15 is deterministic, so the budget reservation is exact, CO-37).
+
+        Args:
+            request: The round about to run.
+
+        Returns:
+            Tokens. No call is made and nothing changes.
+        """
+        answer = self._answer(request)
+        return answer.input_tokens + answer.output_tokens
+
+    def _answer(self, request: ChatRequest) -> Completion:
+        """The answer to ``request``: a pure function of the script and the request."""
         context = request.context or RequestContext(seat="")
         rule = self.match(context)
         results = _step_results(request)
@@ -110,18 +128,12 @@ class OfflineProvider(LlmProvider):
             final = rule.final if rule is not None else self.script.default.final
             text = _label(_render(final, context, results))
             output = text
-        prompt = request.system + json.dumps(
-            [dataclasses.asdict(m) for m in request.messages]
-            + [dataclasses.asdict(t) for t in request.tools],
-            ensure_ascii=False,
-            sort_keys=True,
-        )
         return Completion(
             text=text,
             tool_calls=(call,) if call is not None else (),
             stop_reason="tool_use" if call is not None else "end",
             model=OFFLINE_MODEL,
-            input_tokens=_tokens(prompt),
+            input_tokens=_tokens(prompt_text(request)),
             output_tokens=_tokens(output),
             provider_key=self.key,
             provider_type=self.type,
