@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import AfterValidator, Discriminator, Field, Tag
+from pydantic_core import PydanticCustomError
 
 from ._company_types import (
     DEFAULT_DELIVERY_HEADER,
@@ -80,7 +81,7 @@ _TYPE_SLUG_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
 
 
 class Cooldowns(_Model):
-    """How long a benched credential rests (CO-42, P1; inert until built).
+    """How long a benched credential rests (CO-42, FL-121).
 
     Attributes:
         rate_limit_seconds: Bench after a rate limit, in seconds, unless ``Retry-After`` says.
@@ -150,6 +151,21 @@ class Providers(_Model):
     embeddings: Embeddings | None = None
 
 
+def _at_least_one(value: int) -> int:
+    """A budget ceiling of at least 1 token; ``0`` is refused, not read as "unlimited" (CO-37)."""
+    if value < 1:
+        raise PydanticCustomError(
+            "out_of_range",
+            "must be at least 1 (got {value}): 0 is refused; omit the key for no cap",
+            {"value": value},
+        )
+    return value
+
+
+BudgetCap = Annotated[int, AfterValidator(_at_least_one), Field(json_schema_extra={"minimum": 1})]
+"""One ``token_budget`` ceiling, in tokens (CO-37)."""
+
+
 class TokenBudget(_Model):
     """A token ceiling per window on the company clock (CO-37, P1). ``0`` is refused.
 
@@ -159,9 +175,9 @@ class TokenBudget(_Model):
         month: Tokens per calendar month; None for no cap.
     """
 
-    day: int | None = Field(None, ge=1)
-    week: int | None = Field(None, ge=1)
-    month: int | None = Field(None, ge=1)
+    day: BudgetCap | None = None
+    week: BudgetCap | None = None
+    month: BudgetCap | None = None
 
 
 class Schedule(_Model):
@@ -385,7 +401,7 @@ class Integrations(_Model):
 
 
 class McpServer(_Model):
-    """One ``mcp_servers`` entry (CO-34, P1; inert until built).
+    """One ``mcp_servers`` entry (CO-34; :mod:`shared.mcp` runs it).
 
     Attributes:
         transport: ``stdio`` needs ``command``; ``http`` needs ``url``.

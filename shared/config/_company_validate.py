@@ -47,9 +47,10 @@ __all__ = [
 ]
 
 # Keys whose feature is P1: accepted and inert until built (CO-1, "feature_inert{path}").
-_P1_COMPANY = ("mcp_servers", "token_budget", "scheduling")
-_P1_ROLE = ("llm_review", "token_budget", "mcp_env", "schedules")
-_P1_UNIT = ("schedules", "mcp_env")
+# ``token_budget`` is built (CO-37, shared.budgets), so it is no longer listed.
+_P1_COMPANY = ("scheduling",)
+_P1_ROLE = ("llm_review", "schedules")
+_P1_UNIT = ("schedules",)
 
 
 def validate_company_data(

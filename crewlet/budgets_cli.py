@@ -1,0 +1,123 @@
+"""``crewlet budgets show|reset``: the fleet's token budgets through a running node (FL-120, CO-37).
+
+- ``crewlet budgets show [--url U] [--token T] [--json]`` prints a node's ``GET /budgets``: per
+  scope (``org``, then every capped seat) its state, each capped window's spend against its
+  ceiling and when it turns over, and when it last refused (grant ``state:read``).
+- ``crewlet budgets reset [--scope org|agent:<agent id or handle>]`` posts ``POST /budgets/reset``:
+  zeroes the current windows of that scope, or of all scopes without ``--scope`` (grant
+  ``config:write``), and prints what was zeroed.
+
+The URL and token default to ``CREWLET_URL`` and ``CREWLET_API_TOKEN``. This command never opens
+the broker or a store itself (FL-40): against a stopped node it fails naming the URL and writes
+nothing.
+
+Exit codes: 0 answered; 1 the node could not be reached or answered 503 (its budgets store is
+unreadable); 2 refused (an unknown scope, a token without the grant), no token, or a usage error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["app"]
+
+app = typer.Typer(no_args_is_help=True, help="Token budgets of the fleet: show them, reset a scope (FL-120).")
+
+Url = Annotated[str, typer.Option("--url", "-url", envvar="CREWLET_URL", help="A node's base URL")]
+Token = Annotated[str, typer.Option("--token", "-token", envvar="CREWLET_API_TOKEN", help="API token")]
+TIMEOUT = 15.0
+"""Seconds a command waits for the node (a read of a few counters, or a reset of a few)."""
+
+
+def _call(method: str, url: str, token: str, path: str, out: Console) -> tuple[int, Any]:
+    """Send one request; return ``(exit code, answer)`` — exit code 0 when the node answered 200."""
+    if not token:
+        out.print("no API token: set CREWLET_API_TOKEN or pass --token")
+        return 2, None
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(timeout=TIMEOUT) as client:
+            r = client.request(method, base + path, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as e:
+        out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}", markup=False)
+        return 1, None
+    try:
+        answer = r.json()
+    except ValueError:
+        out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}", markup=False)
+        return 1, None
+    if r.status_code == 200:
+        return 0, answer
+    code = answer.get("error", "") if isinstance(answer, dict) else ""
+    detail = answer.get("detail", "") if isinstance(answer, dict) else answer
+    text = detail if isinstance(detail, str) else json.dumps(detail)
+    out.print(f"refused ({r.status_code} {code}): {text}", markup=False)
+    return (1 if r.status_code in (503, 504) else 2), answer
+
+
+def _print_view(view: dict[str, Any], out: Console) -> None:
+    table = Table(title=f"token budgets (asked {view.get('asked', '?')}, clock {view['timezone']})")
+    for col in ("scope", "seat", "state", "period", "window", "spent", "ceiling", "resets at", "refused at"):
+        table.add_column(col)
+    for s in view["scopes"]:
+        rows = list(s["windows"].items()) or [("-", None)]
+        for i, (period, w) in enumerate(rows):
+            first = i == 0
+            table.add_row(
+                s["scope"] if first else "",
+                (s["handle"] or "") if first else "",
+                s["state"] if first else "",
+                period if w is not None else "no cap",
+                w["window"] if w else "",
+                str(w["spent"]) if w else "",
+                str(w["ceiling"]) if w else "",
+                w["resets_at"] if w else "",
+                (w["refused_at"] or "") if w else "",
+            )
+    out.print(table)
+    refusing = view.get("refusing") or []
+    out.print("refusing: " + (", ".join(refusing) if refusing else "none"), markup=False)
+
+
+@app.command("show")
+def show_cmd(
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+    as_json: Annotated[bool, typer.Option("--json", "-json", help="Print the raw answer")] = False,
+) -> None:
+    """Print caps, spend of the current windows and refusing scopes (FL-120)."""
+    out = Console(width=160)
+    code, view = _call("GET", url, token, "/budgets", out)
+    if code == 0:
+        if as_json:
+            typer.echo(json.dumps(view, indent=2))
+        else:
+            _print_view(view, out)
+    raise typer.Exit(code)
+
+
+@app.command("reset")
+def reset_cmd(
+    scope: Annotated[
+        str, typer.Option("--scope", "-scope", help="org or agent:<agent id or handle>; all when omitted")
+    ] = "",
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+) -> None:
+    """Zero the current day, week and month counters of one scope or of all (FL-120)."""
+    out = Console(width=160)
+    path = "/budgets/reset" + (f"?{httpx.QueryParams({'scope': scope})}" if scope else "")
+    code, answer = _call("POST", url, token, path, out)
+    if code == 0:
+        zeroed = answer.get("zeroed", [])
+        if not zeroed:
+            out.print(f"reset {answer['scope']}: nothing was counted in the current windows", markup=False)
+        for z in zeroed:
+            out.print(f"reset {z['scope']} {z['period']} {z['window']}: was {z['was']}", markup=False)
+    raise typer.Exit(code)
