@@ -1,9 +1,10 @@
 """Figure 4: takeover after ``kill -9`` with a given lease TTL, the time until every seat is owned again,
 30 and 300 seats over 3 nodes [floor: the TTL itself + one sweep, the design's bound (FL-131)].
 
-It stands on the fleet's fair-share placement (FL-56): three nodes split the seats between them,
-at most 4 new claims per node per 5 s sweep, so a survivor absorbing 50 seats takes ~13 sweeps —
-which is why 300 seats sit far above the design's TTL + one sweep bound while 30 seats meet it.
+It stands on the fleet's fair-share placement (FL-56): three nodes split the seats between them.
+The claim limiter counts only seats that start MCP children (at most 4 per node per 5 s sweep);
+these seats start none, so a survivor absorbs its 50 of 300 seats on the first sweep after the TTL
+(before issue 13 every claim counted and 50 seats took ~13 sweeps).
 
 What it measures: a 3-member nats-server cluster (``tests/support/cluster.py``) and three
 real node processes (all roles, ``stream.type: nats``, ``replicas: 3``, ``embedded-kv``

@@ -18,6 +18,7 @@ Commands:
 - ``crewlet knowledge import DIR``: publish Markdown pages (:mod:`crewlet.knowledge_cli`).
 - ``crewlet backup --dir PATH``, ``crewlet backup list|restore-objects``: backups (ES-81..ES-84;
   :mod:`crewlet.backup_cli`).
+- ``crewlet budgets show|reset``: the fleet's shared token budgets (FL-120; :mod:`crewlet.budgets_cli`).
 
 Every refusal is printed as lines naming the file and the path inside it; no command prints a
 traceback for bad input.
@@ -48,6 +49,7 @@ from shared.config import (
 from . import (
     backup_cli,
     broker_cli,
+    budgets_cli,
     config_cli,
     fleet_status,
     gate_cli,
@@ -67,6 +69,7 @@ app.add_typer(secrets_cli.app, name="secrets")
 app.add_typer(config_cli.app, name="config")
 app.add_typer(backup_cli.app, name="backup")
 app.add_typer(retention_cli.app, name="retention")
+app.add_typer(budgets_cli.app, name="budgets")
 retention_cli.app.command("verify")(backup_cli.verify_command)
 retention_cli.app.command("evict")(gate_cli.evict_cmd)
 retention_cli.app.command("readmit")(gate_cli.readmit_cmd)

@@ -45,7 +45,19 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from shared import broker, control, coordination, history, leases, logs, objects, records, router, telemetry
+from shared import (
+    broker,
+    budgets,
+    control,
+    coordination,
+    history,
+    leases,
+    logs,
+    objects,
+    records,
+    router,
+    telemetry,
+)
 from shared.bus import Bus
 from shared.config import ALL_ROLES, NodeConfig
 from shared.errors import CrewletError, UsageError
@@ -249,7 +261,19 @@ def _presence_meta(ctx: NodeContext) -> dict[str, Any]:
         "seats_held": len(ctx.seats_held),
         "in_flight": ctx.in_flight,
         "api": f"http://{ctx.cfg.api.host}:{ctx.cfg.api.port}" if ctx.cfg.api.port else "",
+        "mcp": _mcp_rows(ctx),  # FL-46: one row per MCP server, started/failed and one reason
     }
+
+
+def _mcp_rows(ctx: NodeContext) -> list[dict[str, Any]]:
+    rows = ctx.extras.get("mcp_rows")
+    if rows is None:
+        return []
+    try:
+        return list(rows())
+    except Exception as e:  # noqa: BLE001 - a broken status source says nothing, never stops the renew
+        _log.warning("mcp_rows_failed", error=f"{type(e).__name__}: {e}")
+        return []
 
 
 def seed_revision(company: Any) -> control.Revision:
@@ -492,6 +516,8 @@ async def run_node(
             ctx.link = await broker.open_broker(cfg)
             ctx.coord = await _open_coordination(ctx)
             ctx.extras["secret_store"] = SecretStore(ctx.coord, ctx.extras["keyring"])  # FL-151
+            gauge = ctx.extras["budgets"] = budgets.Budgets(ctx.coord, lambda: ctx.org)  # CO-37, FL-119
+            gauge.start()  # FL-120: every node reports budget_reported every 15 s
             router.open_router(ctx)  # every node reaches the estate through it (ES-32)
             ctx.objects = await _open_objects(ctx)  # ES-70..ES-73; another recorded store refuses the boot
             presence = leases.Presence(
@@ -590,6 +616,9 @@ async def run_node(
     if membership is not None:
         await membership.stop()
     await close_custody(ctx)
+    reporter = ctx.extras.get("budgets")
+    if isinstance(reporter, budgets.Budgets):
+        await reporter.stop()
     if ctx.coord is not None:
         await ctx.coord.close()
     turns = ctx.extras.get("turns")

@@ -17,6 +17,7 @@ from shared.runtime import NodeContext, RoleService, api_error
 from .api.routes import (
     backup,
     broker,
+    budgets,
     config,
     estate,
     events,
@@ -62,5 +63,6 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(estate.router(ctx))
     api.include_router(secrets.router(ctx))
     api.include_router(retention.router(ctx))
+    api.include_router(budgets.router(ctx))
 
     return RoleService(name="ingress", router=api)

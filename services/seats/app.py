@@ -28,8 +28,11 @@ from datetime import timedelta
 from typing import Any
 
 from shared import logs, providers, telemetry
+from shared.budgets import Budgets
 from shared.bus import Bus
 from shared.leases import ClaimAll, FairShare, PlacementPolicy, SeatHost, Selector
+from shared.mcp import McpPool, resolve_seat_servers, resolve_shared
+from shared.mcp import spawns as mcp_spawns
 from shared.records import TurnStore
 from shared.router import router_of
 from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
@@ -61,6 +64,42 @@ def service(ctx: NodeContext) -> RoleService:
     """Build the seats role for ``ctx``."""
     state: dict[str, Any] = {"retired": []}
 
+    pool = McpPool(ctx.node_id)
+    ctx.extras["mcp_rows"] = pool.rows  # FL-46: the heartbeat carries the MCP start rows
+
+    def budgets() -> Budgets | None:
+        """The node's one view of the shared budgets (CO-37), made by the node runner once the
+        coordination store is open (``ctx.extras["budgets"]``, which also reports it, FL-120)."""
+        found = ctx.extras.get("budgets")
+        return found if isinstance(found, Budgets) else None
+
+    def board() -> providers.CooldownBoard:
+        """The node's credential cooldowns (CO-42, FL-121): one per node, outliving applies.
+
+        A single node (``coordination.type: local``) shares nothing; it still benches locally.
+        """
+        if "board" not in state:
+            shared = ctx.coord if ctx.cfg.coordination.type != "local" else None
+            state["board"] = providers.CooldownBoard(shared, ctx.node_id)
+        found: providers.CooldownBoard = state["board"]
+        return found
+
+    def surface(handle: str) -> Any:
+        return pool.surface(handle)
+
+    def spawns(handle: str) -> bool:
+        org = ctx.org
+        seat = org.seat(handle) if org is not None else None
+        return seat is not None and org is not None and mcp_spawns(org, seat)
+
+    async def reconcile_mcp(snap: CompanySnapshot) -> None:
+        """FL-115: shared servers and held seats' servers restart only where the resolved config moved."""
+        await pool.apply_shared(resolve_shared(snap.org.company))
+        for handle in list(ctx.seats_held):
+            seat = snap.org.seat(handle)
+            if seat is not None:
+                await pool.acquire(handle, resolve_seat_servers(snap.org, seat))
+
     def engine() -> TurnEngine:
         eng: TurnEngine = state["engine"]
         return eng
@@ -74,7 +113,7 @@ def service(ctx: NodeContext) -> RoleService:
         return [s.handle for s in ctx.org.seats]
 
     async def prepare(ctx: NodeContext, snap: CompanySnapshot) -> providers.ProviderSet:
-        provs = providers.build_providers(snap.resolved, base_dir=snap.base_dir)
+        provs = providers.build_providers(snap.resolved, base_dir=snap.base_dir, board=board())
         bad = _unconstructable(provs)
         if bad:
             await provs.aclose()
@@ -100,13 +139,19 @@ def service(ctx: NodeContext) -> RoleService:
             epoch=snap.epoch,
             capture_content=ctx.cfg.telemetry.capture_content,
             secrets=snap.secret_values,
+            mcp=surface,
+            budgets=budgets(),
         )
+        await reconcile_mcp(snap)
         if old is not None and old is not provs:
             state["retired"].append(asyncio.create_task(retire(old), name="providers-retire"))
         host: SeatHost | None = state.get("host")
         if host is not None:
             host.assign(seat_handles())
             host.nudge()  # claim added seats and release removed ones now, not at the next sweep
+        dispatcher: Dispatcher | None = state.get("dispatcher")
+        if dispatcher is not None and dispatcher.parked:  # a raised ceiling releases parked seats now
+            await dispatcher.check_parked()
         return ["seat_identities", "seat_tools"]
 
     async def start(ctx: NodeContext) -> None:
@@ -116,7 +161,8 @@ def service(ctx: NodeContext) -> RoleService:
             _log.warning("seats_idle", reason="no active company")
         bus: Bus = ctx.extras["bus"]
         turns: TurnStore = ctx.extras["turns"]
-        dispatcher = Dispatcher(ctx, bus, engine, turns)
+        await board().start()  # pulls the fleet's benches once now, then every 15 s (FL-121)
+        dispatcher = Dispatcher(ctx, bus, engine, turns, mcp=pool, budgets=budgets())
 
         async def announce_release(handle: str, reason: str) -> None:
             # ours: a voluntary release tells the fleet at once, so a successor claims within
@@ -141,6 +187,7 @@ def service(ctx: NodeContext) -> RoleService:
                 labels=dict(ctx.cfg.node.labels),
                 protocol=PROTOCOL_VERSION,
                 selectors=selectors,
+                spawns=spawns,  # FL-56: only seats that fork MCP children spend the claim budget
             )
             policy = fair
         host = SeatHost(
@@ -215,6 +262,10 @@ def service(ctx: NodeContext) -> RoleService:
         provs = state.get("providers")
         if provs is not None:
             await provs.aclose()
+        benches: providers.CooldownBoard | None = state.get("board")
+        if benches is not None:
+            await benches.stop()
+        await pool.close()  # no child outlives the node's seats role
 
     return RoleService(
         name="seats",

@@ -54,9 +54,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shared import logs, telemetry, tools
-from shared.bus import Bus, BusUnavailable, Deferred, Delivery, Mailbox, MailboxDetached, wake_envelope
+from shared.budgets import Budgets, BudgetUnavailable
+from shared.bus import (
+    Bus,
+    BusUnavailable,
+    Deferred,
+    Delivery,
+    Mailbox,
+    MailboxDetached,
+    RetryLater,
+    wake_envelope,
+)
 from shared.coordination import CoordinationUnavailable, RevisionConflict
-from shared.leases import Ledger, SeatHost
+from shared.leases import FENCED_REASONS, Ledger, SeatHost
+from shared.mcp import McpPool, resolve_seat_servers
 from shared.records import TurnStore
 from shared.router import open_router
 from shared.runtime import NodeContext
@@ -67,10 +78,17 @@ from .workspace import RouterWorkspace
 __all__ = ["Dispatcher", "TurnRedelivery"]
 
 _log = logs.get("seat.dispatcher")
+_UNPARK_INTERVAL = 5.0
+"""Seconds between checks of a parked seat's budget (CO-37, ours): a window that turned, a raised
+ceiling or a reset on any node releases it within this long (an apply checks at once)."""
 
 
-class TurnRedelivery(Exception):  # noqa: N818 - a verdict, not a defect: NAK with backoff
-    """The turn asked for its delivery to be redelivered (fenced, or no provider before any effect)."""
+class TurnRedelivery(RetryLater):
+    """The turn asked for its delivery to be redelivered (fenced, or no provider before any effect).
+
+    NAKed with backoff, and no sooner than ``delay`` seconds when every key of the seat's providers
+    is benched that long (CO-42), so a long cooldown spends one delivery, not the budget (FL-82).
+    """
 
 
 class Dispatcher:
@@ -84,9 +102,20 @@ class Dispatcher:
     """
 
     def __init__(
-        self, ctx: NodeContext, bus: Bus, engine: Callable[[], TurnEngine], turns: TurnStore
+        self,
+        ctx: NodeContext,
+        bus: Bus,
+        engine: Callable[[], TurnEngine],
+        turns: TurnStore,
+        *,
+        mcp: McpPool | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
         self.ctx = ctx
+        self.mcp = mcp
+        self.budgets = budgets
+        self.parked: dict[str, dict[str, Any]] = {}  # seat -> the refusal that parked it (CO-37)
+        self._unpark_task: asyncio.Task[None] | None = None
         self.bus = bus
         self.engine = engine
         self.turns = turns
@@ -102,7 +131,17 @@ class Dispatcher:
     # -- seat host hooks -----------------------------------------------------------------------
 
     async def on_acquire(self, handle: str, epoch: int) -> None:
-        """Attach the seat's mailbox and start its loop (the last step of a claim, FL-79)."""
+        """Start the seat's MCP servers, then attach its mailbox and start its loop (FL-65, FL-79).
+
+        The seat's per-seat servers start concurrently, so the attach waits for the slowest, not
+        the sum; a server that fails to start is skipped and named on the heartbeat (FL-46), the
+        seat still runs (CO-34). An event published during the acquire is fetched only after the
+        MCP tool list is available.
+        """
+        org = self.ctx.org
+        seat = org.seat(handle) if org is not None else None
+        if self.mcp is not None and seat is not None and org is not None:
+            await self.mcp.acquire(handle, resolve_seat_servers(org, seat))
         box = await self.bus.attach(handle, epoch)
         self.boxes[handle] = box
         self._stopping.discard(handle)
@@ -125,6 +164,9 @@ class Dispatcher:
         if box is not None:
             with contextlib.suppress(Exception):
                 await box.detach()
+        self.parked.pop(handle, None)
+        if self.mcp is not None:  # per-seat children die with the lease (FL-66): killed when fenced
+            await self.mcp.release(handle, force=reason in FENCED_REASONS)
 
     async def on_quiesce(self, handle: str) -> None:
         """The renew is not fresh: stop fetching until it is (FL-53)."""
@@ -135,8 +177,60 @@ class Dispatcher:
     async def on_resume(self, handle: str, epoch: int) -> None:
         """A good renew after a quiesce or a deferral: fetch again."""
         box = self.boxes.get(handle)
-        if box is not None:
+        if box is not None and handle not in self.parked:  # a parked seat waits for its budget
             box.resume()
+
+    # -- budgets (CO-37) -------------------------------------------------------------------------
+
+    def park(self, handle: str, refusal: dict[str, Any]) -> None:
+        """Stop fetching the seat's deliveries until its budget has room again (CO-37).
+
+        The refused delivery was NAKed (it stays in the seat's mailbox); :meth:`check_parked`
+        resumes the seat when the window turned, a raised ceiling was applied or a counter was reset.
+        """
+        first = handle not in self.parked
+        self.parked[handle] = refusal
+        box = self.boxes.get(handle)
+        if box is not None:
+            box.pause()
+        if first:
+            _log.info("seat_parked", seat=handle, **refusal)
+        if self._unpark_task is None or self._unpark_task.done():
+            self._unpark_task = asyncio.create_task(self._unpark_loop(), name="seats-unpark")
+
+    async def check_parked(self) -> list[str]:
+        """Resume every parked seat whose budget has room again; return the resumed handles.
+
+        A store that cannot be read keeps the seats parked (never reported as room).
+        """
+        resumed: list[str] = []
+        org = self.ctx.org
+        if self.budgets is None or org is None:
+            return resumed
+        for handle in list(self.parked):
+            seat = org.seat(handle)
+            if seat is None:
+                continue
+            try:
+                refusal = await self.budgets.refusal(str(seat.agent_id))
+            except BudgetUnavailable as e:
+                _log.warning("seat_parked_unknown", seat=handle, error=str(e))
+                continue
+            if refusal is None and self.parked.pop(handle, None) is not None:
+                box = self.boxes.get(handle)
+                if box is not None:
+                    box.resume()
+                _log.info("seat_unparked", seat=handle)
+                resumed.append(handle)
+        return resumed
+
+    async def _unpark_loop(self) -> None:
+        while self.parked:
+            await asyncio.sleep(_UNPARK_INTERVAL)
+            try:
+                await self.check_parked()
+            except Exception as e:  # noqa: BLE001 - the loop outlives any one failure
+                _log.error("seat_unpark_failed", error=f"{type(e).__name__}: {e}")
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -352,9 +446,18 @@ class Dispatcher:
                 outcome=result.outcome,
             )
             raise Deferred()
+        if result.error_kind == "budget_exhausted":
+            self.park(handle, result.budget or {})
+        if result.redeliver and result.error_kind == "budget_exhausted":
+            # parked (CO-37): the deliveries go back to the mailbox at once and wait there until
+            # the budget has room; the seat fetches nothing meanwhile
+            await self._set_messages(trigger, status="parked", error=result.error)
+            raise Deferred()
         if result.redeliver:
             await self._set_messages(trigger, status="queued", error=result.error)
-            raise TurnRedelivery(f"turn {turn_id} {result.outcome}: {result.error_kind or ''}")
+            raise TurnRedelivery(
+                f"turn {turn_id} {result.outcome}: {result.error_kind or ''}", delay=result.retry_after
+            )
         for event_id in ids:
             await self.ledger.record(handle, event_id, {"turn_id": turn_id, "outcome": result.outcome})
         _log.info(

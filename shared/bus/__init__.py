@@ -6,7 +6,7 @@ Nothing above this seam imports nats for messaging: nats-py errors are translate
 
 from ._bus import ACK_WAIT, MAX_DELIVER, Bus, MailboxState, Published
 from ._custody import CUSTODY_SUBJECT, Custodian, CustodySender
-from ._delivery import Deferred, Delivery, Fence, Grouping, Outcome
+from ._delivery import Deferred, Delivery, Fence, Grouping, Outcome, RetryLater
 from ._envelope import Envelope, wake_envelope
 from ._errors import (
     BusError,
@@ -58,6 +58,7 @@ __all__ = [
     "MailboxState",
     "Outcome",
     "PublishOutcomeUnknown",
+    "RetryLater",
     "Published",
     "StreamMismatch",
     "StreamSpec",

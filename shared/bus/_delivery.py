@@ -23,7 +23,7 @@ from nats.js.api import ConsumerConfig
 from ._envelope import Envelope
 from ._errors import BusUnavailable, PublishOutcomeUnknown
 
-__all__ = ["Deferred", "Delivery", "Fence", "Grouping", "Outcome", "add_consumer", "translate"]
+__all__ = ["Deferred", "Delivery", "Fence", "Grouping", "Outcome", "RetryLater", "add_consumer", "translate"]
 
 Fence = Callable[[str, int], bool]
 """``fence(handle, epoch) -> bool``: True while ``epoch`` still holds the seat (``SeatHost.holds``)."""
@@ -40,6 +40,23 @@ class Deferred(Exception):  # noqa: N818 - a verdict a handler raises, not an er
 
     The delivery is NAKed at once and the mailbox stops fetching until resumed.
     """
+
+
+class RetryLater(Exception):  # noqa: N818 - a verdict a handler raises, not an error
+    """Raised by a handler whose delivery cannot succeed before ``delay`` seconds have passed.
+
+    NAKed like any failure, but with a delay of at least ``delay`` (e.g. every credential of the
+    seat's providers is benched for that long, CO-42), so waiting out a known pause spends one
+    delivery of the budget instead of one per backoff step (FL-82).
+
+    Args:
+        message: Why, for the log.
+        delay: Seconds before the delivery can succeed; None for the ordinary backoff.
+    """
+
+    def __init__(self, message: str, *, delay: float | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
 
 
 def translate(e: BaseException, what: str, *, write: bool) -> Exception:

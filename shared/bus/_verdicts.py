@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from shared import logs
 
-from ._delivery import Deferred, Delivery, Grouping, Outcome
+from ._delivery import Deferred, Delivery, Grouping, Outcome, RetryLater
 from ._errors import MailboxFenced
 
 if TYPE_CHECKING:
@@ -100,7 +100,10 @@ async def run_group(box: Mailbox, handler: Handler, group: list[Delivery]) -> Ou
                 await box.dead_letter(d, f"{type(e).__name__}: {e}")
                 lettered += 1
             else:
-                await box.nak(d, delay=box.backoff(d.num_delivered))
+                delay = box.backoff(d.num_delivered)
+                if isinstance(e, RetryLater) and e.delay is not None:
+                    delay = max(delay, e.delay)
+                await box.nak(d, delay=delay)
         return "dead_lettered" if lettered == len(group) else "nacked"
     for d in group:
         await box.ack(d)

@@ -11,7 +11,10 @@ Each sweep (every 5 s) reads the ``leases`` bucket once: live presence (``node.*
 - the most constrained groups (fewest eligible nodes) are served first;
 - a node over its share of a group gives the surplus back (``rebalance``), a seat that stopped
   matching is handed back (``placement``, FL-62); at most 2 voluntary releases per sweep;
-- it claims unowned seats up to its share, at most 4 new claims per sweep (FL-56);
+- it claims unowned seats up to its share; at most 4 claims per sweep window of seats that start
+  MCP child processes (FL-56: the limiter is sized against forking those process trees), while a
+  seat that spawns nothing (``spawns(handle)`` False) is claimed without spending that budget, so a
+  takeover of seats without stdio servers completes on the first sweep after the TTL;
 - a group no live seats node matches is ``seats_unplaceable`` (logged once per change, with the
   handles and selector): the engine never widens a selector (FL-61).
 
@@ -41,7 +44,8 @@ from ._records import LeaseRecord, resource_of
 __all__ = ["MAX_CLAIMS_PER_SWEEP", "MAX_RELEASES_PER_SWEEP", "FairShare", "Selector"]
 
 MAX_CLAIMS_PER_SWEEP = 4
-"""New claims per sweep (FL-56): the cost is spawning a seat's tools, not the lease."""
+"""New claims per sweep window of seats that spawn MCP children (FL-56): the cost is forking a seat's
+tool servers, not the lease; seats that spawn nothing are not counted."""
 MAX_RELEASES_PER_SWEEP = 2
 """Voluntary releases per sweep (FL-56): a release interrupts a live agent."""
 SWEEP_WINDOW = 5.0
@@ -98,6 +102,9 @@ class FairShare:
         protocol: This build's lease protocol (FL-133).
         selectors: Returns every agent seat's :class:`Selector` (org-derived, re-read every sweep so an
             apply that narrows a selector takes effect, FL-62).
+        spawns: ``spawns(handle)`` is True when claiming the seat starts MCP child processes (a
+            per-seat stdio server, CO-34); only those claims spend the 4-per-window budget. None
+            counts every claim (the seeds' original limiter).
     """
 
     coord: Coordination
@@ -112,6 +119,7 @@ class FairShare:
     _blocked: bool = False
     _recent_claims: list[float] = field(default_factory=list)
     clock: Callable[[], float] = time.monotonic
+    spawns: Callable[[str], bool] | None = None
 
     async def _read(self) -> tuple[list[_Node], dict[str, LeaseRecord], int]:
         nodes: dict[str, _Node] = {}
@@ -204,13 +212,23 @@ class FairShare:
         if blocked:  # FL-134: claim nothing while an older protocol is live
             claims = []
         limited = dict(list(releases.items())[:MAX_RELEASES_PER_SWEEP])
-        # at most 4 claims per sweep interval, also when a release nudged an extra sweep (FL-56)
+        return Plan(claim=self._limit(claims), release=limited)
+
+    def _limit(self, claims: list[str]) -> list[str]:
+        """At most 4 claims of spawning seats per sweep window, also when a release nudged an extra
+        sweep (FL-56); seats that spawn nothing pass without spending the budget. Order is kept."""
         now = self.clock()
         self._recent_claims = [t for t in self._recent_claims if now - t < SWEEP_WINDOW]
         budget = max(0, MAX_CLAIMS_PER_SWEEP - len(self._recent_claims))
-        claims = claims[:budget]
-        self._recent_claims += [now] * len(claims)
-        return Plan(claim=claims, release=limited)
+        out: list[str] = []
+        for handle in claims:
+            if self.spawns is not None and not self.spawns(handle):
+                out.append(handle)
+            elif budget > 0:
+                budget -= 1
+                self._recent_claims.append(now)
+                out.append(handle)
+        return out
 
     def health(self) -> dict[str, Any]:
         """Fields for ``/health``'s seats block (FL-126, FL-135)."""

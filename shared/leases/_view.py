@@ -27,7 +27,8 @@ async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> 
     Returns:
         ``{"nodes": [...], "seats": [...], "duties": [...], "unmanned_roles": [...],
         "unowned_seats": [...]}``; nodes carry ``id``, ``roles``, ``labels``, ``broker``, ``protocol``,
-        ``posture``, ``owner``.
+        ``posture``, ``owner``, and ``mcp`` (the node's MCP start rows ``{server, started, failed,
+        reason}``, FL-46).
 
     Raises:
         CoordinationUnavailable: the lease store could not be read.
@@ -55,6 +56,7 @@ async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> 
                     "applied_epoch": m.get("applied_epoch", 0),
                     "seats_held": m.get("seats_held", 0),
                     "in_flight": m.get("in_flight", 0),
+                    "mcp": m.get("mcp") if isinstance(m.get("mcp"), list) else [],
                 }
             )
         elif res.startswith("seat:"):

@@ -9,7 +9,7 @@ assembly (CO-17).
 """
 
 from ._errors import SeatNotRunnable, TurnError
-from ._executor import Fence, TurnEngine
+from ._executor import BudgetGate, Fence, ToolSurface, TurnEngine
 from ._prompt import (
     PREFETCH_CHARS,
     PREFETCH_HITS,
@@ -48,6 +48,7 @@ __all__ = [
     "PREFETCH_QUERY_CHARS",
     "REDELIVER_ERROR_KINDS",
     "ErrorKind",
+    "BudgetGate",
     "Fence",
     "MemoryRecorder",
     "Outcome",
@@ -59,6 +60,7 @@ __all__ = [
     "Section",
     "ToolExecution",
     "Trigger",
+    "ToolSurface",
     "TurnEngine",
     "TurnError",
     "TurnRecorder",

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any, Protocol
 
 from opentelemetry import trace
 
@@ -46,11 +47,37 @@ from ._result import TurnResult
 from ._run import TurnRun
 from ._trigger import Trigger
 
-__all__ = ["Fence", "TurnEngine"]
+__all__ = ["BudgetGate", "Fence", "ToolSurface", "TurnEngine"]
 
 Fence = Callable[[], Awaitable[bool]]
 """The in-turn fence (FL-73/FL-74): True while the seat is still held in the same epoch with a
 fresh renew. An exception counts as False (an unknown answer is not a yes)."""
+
+
+class ToolSurface(Protocol):
+    """A seat's MCP tool servers as one turn sees them (CO-34; :class:`shared.mcp.McpSurface`)."""
+
+    def servers(self) -> Sequence[str]:
+        """The names of the seat's started servers (listed in the prompt)."""
+        ...
+
+    def turn_registry(self, base: ToolRegistry) -> ToolRegistry:
+        """A per-turn copy of ``base`` plus ``list_mcp_server_tools`` and ``activate_tool``."""
+        ...
+
+
+class BudgetGate(Protocol):
+    """The shared token budgets (CO-37, FL-119; :class:`shared.budgets.Budgets`)."""
+
+    async def charge(self, agent_id: str, tokens: int) -> Any:
+        """Reserve ``tokens`` on every capped window of the org and the seat, or raise
+        :class:`shared.budgets.BudgetExhausted` / :class:`shared.budgets.BudgetUnavailable`."""
+        ...
+
+    async def settle(self, charge: Any, actual: int) -> None:
+        """Bring a reservation to the round's real cost, in tokens."""
+        ...
+
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _REDACTED = "[redacted]"
@@ -77,6 +104,9 @@ class TurnEngine:
         secrets: Resolved secret values to redact from tool results (values shorter than 4
             characters are ignored).
         prefetch: Prefetch relevant knowledge into the prompt (CO-17).
+        mcp: ``mcp(handle)`` returns the seat's MCP tool surface, or None for built-ins only
+            (CO-34); None when the node runs no MCP servers.
+        budgets: Every round is charged here before it runs (CO-37, FL-119); None keeps no budget.
     """
 
     def __init__(
@@ -93,6 +123,8 @@ class TurnEngine:
         capture_content: bool = False,
         secrets: Collection[str] = (),
         prefetch: bool = True,
+        mcp: Callable[[str], ToolSurface | None] | None = None,
+        budgets: BudgetGate | None = None,
     ) -> None:
         self.org = org
         self.providers = providers
@@ -105,6 +137,8 @@ class TurnEngine:
         self.capture_content = capture_content
         self.secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
         self.prefetch = prefetch
+        self.mcp = mcp
+        self.budgets = budgets
 
     def seat(self, handle: str) -> Seat:
         """Return the agent seat ``handle``.

@@ -151,7 +151,20 @@ def _tools(tools: Sequence[Tool]) -> str:
     return "\n".join(f"- `{t.name}`: {' '.join(t.description.split())}" for t in tools)
 
 
-def _system(org: OrgModel, seat: Seat, tools: Sequence[Tool]) -> tuple[str, tuple[Section, ...]]:
+def _mcp(servers: Sequence[str]) -> str:
+    """The seat's MCP servers by name only (CO-34): their tools come on with ``activate_tool``."""
+    if not servers:
+        return ""
+    names = "\n".join(f"- `{name}`" for name in servers)
+    return (
+        f"{names}\n\nCall `list_mcp_server_tools` with a server's name to see its tools, then "
+        "`activate_tool` with a tool's name: it is yours to call from the next round on."
+    )
+
+
+def _system(
+    org: OrgModel, seat: Seat, tools: Sequence[Tool], mcp_servers: Sequence[str] = ()
+) -> tuple[str, tuple[Section, ...]]:
     company = org.company
     context = "\n".join(
         x
@@ -174,6 +187,7 @@ def _system(org: OrgModel, seat: Seat, tools: Sequence[Tool]) -> tuple[str, tupl
             ("team", "Your team", _team(org, seat)),
             ("your_turn", "Your turn", _YOUR_TURN),
             ("available_tools", "Available tools", _tools(tools)),
+            ("mcp_servers", "MCP tool servers", _mcp(mcp_servers)),
         ]
     )
 
@@ -224,6 +238,7 @@ def build_prompt(
     *,
     knowledge: Sequence[dict[str, Any]] = (),
     work_item: dict[str, Any] | None = None,
+    mcp_servers: Sequence[str] = (),
 ) -> Prompt:
     """Render a seat's prompt for one trigger (CO-17).
 
@@ -235,11 +250,13 @@ def build_prompt(
         knowledge: Prefetched pages ``{"space", "title", "text"}`` (see
             :func:`prefetch_knowledge`).
         work_item: The trigger's item as the workspace returned it, or None.
+        mcp_servers: The seat's started MCP servers, by name (CO-34); the section is left out
+            when there are none.
 
     Returns:
         The prompt and its sections.
     """
-    system, system_sections = _system(org, seat, tools)
+    system, system_sections = _system(org, seat, tools, mcp_servers)
     user, user_sections = _render(
         [
             ("task", "Task", _task(trigger, work_item)),

@@ -36,6 +36,8 @@ delivery is deferred, not acked)."""
 ErrorKind = Literal[
     "llm_unavailable",
     "llm_fatal",
+    "budget_exhausted",
+    "budget_unavailable",
     "context_exceeded",
     "max_tokens",
     "refusal",
@@ -46,7 +48,9 @@ ErrorKind = Literal[
 ]
 """Why a turn failed (CO-16, CO-18)."""
 
-REDELIVER_ERROR_KINDS: frozenset[str] = frozenset({"llm_unavailable", "fenced"})
+REDELIVER_ERROR_KINDS: frozenset[str] = frozenset(
+    {"llm_unavailable", "fenced", "budget_exhausted", "budget_unavailable"}
+)
 """Failures after which the delivery is NAKed when no delivering call has succeeded (CO-11,
 FL-74). Every other failure is acked: a redelivery would meet the same refusal or defect."""
 
@@ -249,6 +253,10 @@ class TurnResult:
         duration_seconds: Wall time, in seconds.
         redact: Secret values masked in every string of :meth:`to_dict` (the record), never in what
             the model is sent: a ``${NAME}`` in a goal reaches the model, not the turn record.
+        budget: A ``budget_exhausted`` refusal's figures ``{scope, period, resets_at, spent,
+            ceiling}`` (CO-37), or None.
+        retry_after: Seconds before a redelivery can succeed: every key of the seat's providers is
+            benched that long (CO-42); None for the ordinary backoff.
     """
 
     start: TurnStart
@@ -273,6 +281,8 @@ class TurnResult:
     ended_at: float = 0.0
     duration_seconds: float = 0.0
     redact: tuple[str, ...] = field(default=(), repr=False)
+    budget: dict[str, Any] | None = None
+    retry_after: float | None = None
 
     @property
     def turn_id(self) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from shared import logs, telemetry
+from shared.budgets import BudgetExhausted, BudgetUnavailable
 from shared.config import Seat
 from shared.providers import (
     AssistantMessage,
@@ -62,6 +63,11 @@ class TurnRun:
         self.chain = chain
         self.turn_id = turn_id
         self.ctx = ToolContext(seat.handle, workspace, engine.org, turn_id)
+        # the turn's own surface: built-ins, plus the seat's MCP servers' meta tools and whatever
+        # activate_tool brings on during the turn (CO-34); captured once, like the company (FL-116)
+        surface = engine.mcp(seat.handle) if engine.mcp is not None else None
+        self.tools = surface.turn_registry(engine.tools) if surface is not None else engine.tools
+        self.mcp_servers = list(surface.servers()) if surface is not None else []
         self.capped = False
         self.item: dict[str, Any] | None = None
         org = engine.org
@@ -224,17 +230,23 @@ class TurnRun:
             query = self.trigger.text or str((self.item or {}).get("title", ""))
             knowledge = await prefetch_knowledge(self.workspace, self.trigger, query=query)
         return build_prompt(
-            self.e.org, self.seat, self.trigger, list(self.e.tools), knowledge=knowledge, work_item=self.item
+            self.e.org,
+            self.seat,
+            self.trigger,
+            list(self.tools),
+            knowledge=knowledge,
+            work_item=self.item,
+            mcp_servers=self.mcp_servers,
         )
 
     async def _loop(self, prompt: Prompt) -> None:
         r = self.result
         messages: list[Message] = r.messages
         messages.append(UserMessage(prompt.user))
-        specs = self.e.tools.specs()
         for n in range(1, self.e.max_tool_rounds + 1):
             if not await self._fence_ok(f"before round {n}"):
                 return
+            specs = self.tools.specs()  # re-read: an activate_tool call adds to it (CO-34)
             completion = await self._round(
                 n, ChatRequest(prompt.system, tuple(messages), specs, context=self.request_context)
             )
@@ -249,7 +261,7 @@ class TurnRun:
             if not completion.tool_calls:
                 return
             for call in completion.tool_calls:
-                tool = self.e.tools.get(call.name)
+                tool = self.tools.get(call.name)
                 if tool is not None and tool.fenced and not await self._fence_ok(f"before {call.name}"):
                     return
                 execution = await self._tool(n, call)
@@ -260,6 +272,9 @@ class TurnRun:
 
     async def _round(self, n: int, request: ChatRequest) -> Completion | None:
         e, r = self.e, self.result
+        charge = await self._charge(n, request)
+        if charge is False:
+            return None
         first = self.chain.members[0].model if self.chain.members else "unknown"
         with e.tracer.start_as_current_span(
             telemetry.SPAN_CHAT.format(model=first),
@@ -276,9 +291,11 @@ class TurnRun:
             try:
                 completion = await self.chain.complete(request)
             except (LLMError, LLMUnavailable) as exc:
+                await self._settle(charge, 0)
                 self._provider_failure(span, exc)
                 return None
             seconds = time.perf_counter() - t0
+            await self._settle(charge, completion.input_tokens + completion.output_tokens)
             served = self.chain.provider(completion.provider_key)
             span.update_name(telemetry.SPAN_CHAT.format(model=completion.model))
             span.set_attributes(chat_attributes(completion, served.model if served else completion.model))
@@ -324,11 +341,48 @@ class TurnRun:
         await self._record("round_finished", r.start, record)
         return completion
 
+    async def _charge(self, n: int, request: ChatRequest) -> Any:
+        """Charge the round to the budgets before it runs (CO-37, FL-119).
+
+        Reserves the chain's estimate of the round on every capped window of the org and the seat:
+        exact for the offline provider; for HTTP providers the request's size plus the output cap,
+        which errs high for ordinary text (text dense in rare tokens can cost more; the settle then
+        charges the difference unchecked). Returns the charge to settle, None when no
+        budgets are kept, or False when the turn ends here: refused (``budget_exhausted``, the
+        refusal's figures on the record) or the store could not say (``budget_unavailable``, never
+        reported as out of budget).
+        """
+        gate = self.e.budgets
+        if gate is None:
+            return None
+        try:
+            return await gate.charge(str(self.seat.agent_id), self.chain.estimate(request))
+        except BudgetExhausted as exc:
+            self.result.budget = exc.to_dict()
+            self._fail("budget_exhausted", str(exc))
+            _log.warning(
+                "budget_exhausted", turn_id=self.turn_id, seat=self.seat.handle, round=n, **exc.to_dict()
+            )
+        except BudgetUnavailable as exc:
+            self._fail("budget_unavailable", str(exc))
+            _log.warning("budget_unavailable", turn_id=self.turn_id, seat=self.seat.handle, error=str(exc))
+        return False
+
+    async def _settle(self, charge: Any, actual: int) -> None:
+        """Bring a reserved charge to what the round really cost (CO-22); never fails the turn."""
+        if charge is None or self.e.budgets is None:
+            return
+        try:
+            await self.e.budgets.settle(charge, actual)
+        except Exception as exc:  # noqa: BLE001 - the round ran; a failed settle over-states (fail closed)
+            _log.warning("budget_settle_failed", turn_id=self.turn_id, error=f"{type(exc).__name__}: {exc}")
+
     def _provider_failure(self, span: Span, exc: LLMError | LLMUnavailable) -> None:
         span.set_status(Status(StatusCode.ERROR, str(exc)))
         span.set_attribute("error.type", type(exc).__name__)
         if isinstance(exc, LLMUnavailable):
             self._fail("llm_unavailable", str(exc))
+            self.result.retry_after = self.chain.free_in()  # every key benched: wait it out (CO-42)
             last = exc.last_error
             _log.warning(
                 "llm_unavailable",
@@ -342,7 +396,7 @@ class TurnRun:
 
     async def _tool(self, n: int, call: ToolCall) -> ToolExecution:
         e, r = self.e, self.result
-        tool = e.tools.get(call.name)
+        tool = self.tools.get(call.name)
         seq = len(r.tool_calls) + 1
         wall, t0 = time.time(), time.perf_counter()
         with e.tracer.start_as_current_span(
@@ -357,7 +411,7 @@ class TurnRun:
             },
         ) as span:
             try:
-                outcome = await e.tools.execute(call, self.ctx)
+                outcome = await self.tools.execute(call, self.ctx)
             except Exception as exc:
                 self._keep(n, seq, call, wall, t0, f"{type(exc).__name__}: {exc}")
                 raise
@@ -396,7 +450,7 @@ class TurnRun:
 
     def _keep(self, n: int, seq: int, call: ToolCall, wall: float, t0: float, error: str) -> None:
         """Record the call a defect broke, so the partial record shows where it died (CO-18)."""
-        tool = self.e.tools.get(call.name)
+        tool = self.tools.get(call.name)
         self.result.tool_calls.append(
             ToolExecution(
                 round=n,

@@ -19,6 +19,7 @@ from shared.bus import (
     Envelope,
     MailboxDetached,
     MailboxFenced,
+    RetryLater,
     StreamMismatch,
     dlq_subject,
     inbox_group,
@@ -178,6 +179,27 @@ async def test_return_is_ack_and_raise_is_a_delayed_nak(broker: Broker) -> None:
     assert await box.process(fails_once, timeout=2) == "acked"
     assert seen == [1, 2]
     assert (await bus.state("triage")).ack_pending == 0
+    await box.detach()
+
+
+async def test_retry_later_naks_no_sooner_than_its_delay(broker: Broker) -> None:
+    """A handler that knows when it can succeed (every credential benched, CO-42) spends one
+    delivery waiting, not one per backoff step (FL-82)."""
+    bus = broker.bus(nak_backoff=(0.1, 30.0))
+    await bus.ensure_mailboxes(["triage"])
+    await publish(bus, "triage", 1)
+    box = await bus.attach("triage", 1)
+    seen: list[int] = []
+
+    async def benched_once(d: Delivery) -> None:
+        seen.append(d.num_delivered)
+        if d.num_delivered == 1:
+            raise RetryLater("every key is cooling down", delay=2.0)
+
+    assert await box.process(benched_once, timeout=1) == "nacked"
+    assert await box.process(benched_once, timeout=1) == "empty"  # the 0.1 s backoff did not apply
+    assert await box.process(benched_once, timeout=3) == "acked"
+    assert seen == [1, 2]
     await box.detach()
 
 

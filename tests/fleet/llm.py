@@ -50,11 +50,13 @@ class FleetLLM:
     Attributes:
         delays: Seat → seconds to wait before answering that seat's first round (default 0).
         tool_seats: Seats whose first round calls ``create_work_item`` (project ``SUP``).
+        rate_limited: API keys answered ``429`` (a rate-limited credential, CO-42).
     """
 
     def __init__(self) -> None:
         self.delays: dict[str, float] = {}
         self.tool_seats: set[str] = set()
+        self.rate_limited: set[str] = set()
         self.seen: list[Request] = []
         self._cond = threading.Condition()
         self._stopping = threading.Event()
@@ -113,6 +115,8 @@ class FleetLLM:
         with self._cond:
             self.seen.append(Request(seat, first, text, time.monotonic(), authorization))
             self._cond.notify_all()
+        if authorization.removeprefix("Bearer ") in self.rate_limited:
+            return Reply({"error": {"message": "rate limited", "type": "rate_limit"}}, status=429), 0.0
         if not first:
             return openai_text(f"done for {seat}"), 0.0
         delay = self.delays.get(seat, 0.0)

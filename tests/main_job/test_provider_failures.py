@@ -1,9 +1,11 @@
 """A provider that fails, and a tool call the model got wrong, on a running node with the real
 ``openai-compatible`` client against a scripted loopback server.
 
-- garbage (a 200 that is not JSON, or JSON without ``choices``), a timeout, a 429 and a 500: the
-  turn fails ``llm_unavailable`` naming the CO-12 class, the delivery is NAKed and redelivered,
-  and the redelivered turn answers the message: nothing is lost;
+- garbage (a 200 that is not JSON, or JSON without ``choices``), a timeout and a 500: the turn
+  fails ``llm_unavailable`` naming the CO-12 class, the delivery is NAKed and redelivered, and the
+  redelivered turn answers the message: nothing is lost;
+- a 429: the key is benched (CO-42) and the same call goes on with the entry's next key, so the
+  turn answers at once;
 - a 400 (fatal): the turn fails ``llm_fatal``, the delivery is acked (a retry would meet the same
   refusal) and the message reads ``failed``;
 - bad tool arguments (schema violations, unparsable JSON, an unknown tool): tool errors the model
@@ -30,17 +32,15 @@ FAILURES: dict[str, tuple[Reply, str]] = {
     "garbage": (Reply(b"<html>upstream hiccup</html>"), "server"),
     "shapeless": (Reply({"object": "chat.completion", "note": "no choices"}), "server"),
     "timeout": (Reply({"never": "read"}, delay=4.0), "timeout"),
-    "rate-limited": (
-        Reply({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"}),
-        "rate_limit",
-    ),
     "server-error": (Reply({"error": {"message": "boom"}}, status=500), "server"),
 }
+RATE_LIMITED = Reply({"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "1"})
 _CASE = re.compile(r"case:([a-z-]+)")
 
 
 def _boot(start_node: Callable[..., Node], tmp_path: Path, llm: OpenAIRouted) -> tuple[Node, Broker]:
-    company = company_with_provider(tmp_path / "company.yaml", OPENAI.entry(llm, timeout_seconds=1.0))
+    entry = OPENAI.entry(llm, timeout_seconds=1.0, api_keys=["test-key", "test-key-2"])
+    company = company_with_provider(tmp_path / "company.yaml", entry)
     port = free_port()
     node = start_node(
         "node",
@@ -70,12 +70,14 @@ def test_failing_provider_fails_the_turn_and_loses_nothing(
             return Reply({"error": {"type": "invalid_request_error", "message": "bad request"}}, status=400)
         if n == 1 and case in FAILURES:
             return FAILURES[case][0]
+        if n == 1 and case == "rate-limited":
+            return RATE_LIMITED
         return openai_tools(("submit_work", {"outcome": "delivered", "summary": f"handled {case}"}))
 
     with OpenAIRouted(respond=respond) as llm:
         node, broker = _boot(start_node, tmp_path, llm)
         sent: dict[str, dict[str, Any]] = {}
-        for case in [*FAILURES, "fatal"]:
+        for case in [*FAILURES, "rate-limited", "fatal"]:
             r = post_message(node, "triage", f"Please look at this. case:{case}")
             assert r.status_code == 202, r.text
             sent[case] = r.json()
@@ -98,11 +100,23 @@ def test_failing_provider_fails_the_turn_and_loses_nothing(
             assert messages[case]["status"] == "answered", case
             assert messages[case]["reply"] == f"handled {case}"
             assert messages[case]["turn_id"] == done["turn_id"]
+        # the 429 benched the first key and the same call went on with the second (CO-42)
+        (limited,) = [t for t in rows if t["trigger_id"] == sent["rate-limited"]["event_id"]]
+        assert limited["outcome"] == "delivered", limited
+        assert messages["rate-limited"]["status"] == "answered"
+        keys = [
+            r.headers.get("authorization")
+            for r in llm.seen
+            if "case:rate-limited" in OPENAI.user_text(r.body)
+        ]
+        assert keys == ["Bearer test-key", "Bearer test-key-2"], keys
+        (benched,) = [e for e in node.events() if e.get("event") == "credential_cooled"]
+        assert benched["provider"] == "default" and benched["kind"] == "rate_limit"
         (fatal,) = [t for t in rows if t["trigger_id"] == sent["fatal"]["event_id"]]
         assert fatal["outcome"] == "failed" and fatal["error_kind"] == "llm_fatal"
         assert "HTTP 400" in fatal["error"]
         assert messages["fatal"]["status"] == "failed" and messages["fatal"]["turn_id"] == fatal["turn_id"]
-        assert attempts == {**{c: 2 for c in FAILURES}, "fatal": 1}
+        assert attempts == {**{c: 2 for c in FAILURES}, "rate-limited": 2, "fatal": 1}
 
         # every delivery settled: nothing is left unacked or waiting out a NAK delay
         def drained() -> dict[str, int] | None:
@@ -111,7 +125,7 @@ def test_failing_provider_fails_the_turn_and_loses_nothing(
 
         state = wait_for("the inbox drained", drained)
         assert state["pending"] == 0
-        assert state["delivered"] == 2 * len(FAILURES) + 1
+        assert state["delivered"] == 2 * len(FAILURES) + 2
         failures = node.get("/metrics").text
         assert (
             f'crewlet_turn_failures_total{{error_kind="llm_unavailable",seat="triage"}} {len(FAILURES)}.0'

@@ -5,6 +5,7 @@ from __future__ import annotations
 from shared import turns
 
 EXPECTED = [
+    "BudgetGate",
     "ErrorKind",
     "FIRST_LINE_MAX_CHARS",
     "Fence",
@@ -21,6 +22,7 @@ EXPECTED = [
     "SeatNotRunnable",
     "Section",
     "ToolExecution",
+    "ToolSurface",
     "Trigger",
     "TurnEngine",
     "TurnError",
