@@ -105,13 +105,22 @@ def show_cmd(
 @app.command("reset")
 def reset_cmd(
     scope: Annotated[
-        str, typer.Option("--scope", "-scope", help="org or agent:<agent id or handle>; all when omitted")
-    ] = "",
+        str | None,
+        typer.Option("--scope", "-scope", help="org or agent:<agent id or handle>; all when omitted"),
+    ] = None,
     url: Url = "http://127.0.0.1:8080",
     token: Token = "",
 ) -> None:
-    """Zero the current day, week and month counters of one scope or of all (FL-120)."""
+    """Zero the current day, week and month counters of one scope or of all (FL-120).
+
+    An empty ``--scope`` (e.g. from an unset shell variable) is refused, never read as "all".
+    """
     out = Console(width=160)
+    if scope is not None and not scope.strip():
+        out.print(
+            "--scope: empty; name a scope (org, agent:<handle>) or leave the option out for all", markup=False
+        )
+        raise typer.Exit(2)
     path = "/budgets/reset" + (f"?{httpx.QueryParams({'scope': scope})}" if scope else "")
     code, answer = _call("POST", url, token, path, out)
     if code == 0:

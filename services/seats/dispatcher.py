@@ -426,6 +426,8 @@ class Dispatcher:
             try:
                 # every delivery this node holds: the group's, and the batch's later groups (FL-83)
                 async with box.keepalive(*box.outstanding()):
+                    if self.mcp is not None:  # a server that died mid-session comes back for this turn
+                        await self.mcp.revive(handle)
                     result = await engine.run(
                         handle, trigger, workspace=workspace, fence=fence, turn_id=turn_id
                     )
@@ -476,7 +478,7 @@ class Dispatcher:
                 trigger, status="failed", error=result.error or result.error_kind, turn_id=turn_id
             )
         else:
-            await self._set_messages(trigger, status="answered", reply=reply, turn_id=turn_id)
+            await self._set_messages(trigger, status="answered", reply=reply, turn_id=turn_id, error=None)
 
     def _workspace(
         self, handle: str, epoch: int, turn_id: str, *, basis: str | None = None

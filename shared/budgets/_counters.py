@@ -14,7 +14,13 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from shared.coordination import Coordination, CoordinationUnavailable, RevisionConflict, Slot
+from shared.coordination import (
+    Coordination,
+    CoordinationBusy,
+    CoordinationUnavailable,
+    RevisionConflict,
+    Slot,
+)
 
 from ._errors import BudgetUnavailable
 
@@ -102,7 +108,9 @@ class Counters:
                     SLOT, key, json.dumps(new).encode(), revision=entry.revision if entry else 0
                 )
                 return old, new
-            except RevisionConflict:
+            except (RevisionConflict, CoordinationBusy):
+                # 10164 under concurrent writers of one counter: nothing of this write landed, so a
+                # fresh read and another compare-and-set is safe (infra-facts N1)
                 attempt += 1
                 if loop.time() >= deadline:
                     raise BudgetUnavailable(

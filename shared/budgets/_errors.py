@@ -62,15 +62,20 @@ class BudgetExhausted(BudgetError):
         self.spent = spent
         self.ceiling = ceiling
         self.requested = requested
+        if requested > ceiling:  # waiting for the window cannot help this round
+            after = f"one round of {requested} tokens is larger than the whole ceiling: raise the ceiling"
+        else:
+            after = f"asked {requested}; the window turns at {resets_at.isoformat()}"
         super().__init__(
-            f"budget exhausted: {scope} has spent {spent} of {ceiling} tokens this {period}"
-            f" (asked {requested}); the window turns at {resets_at.isoformat()}"
+            f"budget exhausted: {scope} has spent {spent} of {ceiling} tokens this {period} ({after})"
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the ``budget_exhausted`` figures: ``{scope, period, resets_at, spent, ceiling}``.
+        """Return the ``budget_exhausted`` figures: ``{scope, period, resets_at, spent, ceiling,
+        requested}``.
 
-        ``resets_at`` is an ISO 8601 UTC string; ``spent`` and ``ceiling`` are tokens.
+        ``resets_at`` is an ISO 8601 UTC string; ``spent``, ``ceiling`` and ``requested`` (what the
+        refused round asked for) are tokens.
         """
         return {
             "scope": self.scope,
@@ -78,6 +83,7 @@ class BudgetExhausted(BudgetError):
             "resets_at": self.resets_at.isoformat(),
             "spent": self.spent,
             "ceiling": self.ceiling,
+            "requested": self.requested,
         }
 
 

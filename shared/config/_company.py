@@ -156,7 +156,7 @@ def _at_least_one(value: int) -> int:
     if value < 1:
         raise PydanticCustomError(
             "out_of_range",
-            "must be at least 1 (got {value}): 0 is refused; omit the key for no cap",
+            "must be at least 1 (got {value}); omit the key for no cap",
             {"value": value},
         )
     return value

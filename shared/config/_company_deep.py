@@ -8,12 +8,17 @@ and skip whatever is not well-shaped, so they add to the shape errors instead of
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._company_issues import join_path
 from ._company_org import OrgDraft
 from ._company_types import OFFLINE_MODEL
 from ._issues import Issue, IssueType
+
+_HTTP_URL = re.compile(r"^https?://[^\s/]+")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
 __all__ = ["DeepChecks"]
 
@@ -234,6 +239,55 @@ class DeepChecks:
                 self.add(f"{path}.command", "missing", "a stdio server needs a command")
             if transport == "http" and server.get("url") is None:
                 self.add(f"{path}.url", "missing", "an http server needs a url")
+            # the other transport's keys would be ignored without a word: refuse them
+            for key in ("url", "headers") if transport == "stdio" else ("command", "args", "env"):
+                if server.get(key):
+                    article = "an" if transport == "http" else "a"
+                    self.add(f"{path}.{key}", "conflict", f"{article} {transport} server takes no {key}")
+            url = server.get("url")
+            if transport == "http" and isinstance(url, str) and not _HTTP_URL.match(url):
+                self.add(f"{path}.url", "shape", f"must be an http:// or https:// URL (got {url!r})")
+            self._mcp_pairs(server.get("env"), f"{path}.env", "stdio")
+            self._mcp_pairs(server.get("headers"), f"{path}.headers", "http")
+        kinds = {
+            s["name"]: s.get("transport", "stdio")
+            for s in (items if isinstance(items, list) else [])
+            if isinstance(s, dict) and isinstance(s.get("name"), str)
+        }
+        shared = {
+            s["name"]
+            for s in (items if isinstance(items, list) else [])
+            if isinstance(s, dict) and isinstance(s.get("name"), str) and s.get("shared") is True
+        }
+        holders = [(r.path, r.data, r.kind) for r in self.org.roles] + [
+            (u.path, u.data, "unit") for u in self.org.units
+        ]
+        for holder, data, kind in holders:
+            env = data.get("mcp_env")
+            if not isinstance(env, dict):
+                continue
+            if kind == "human" and env:
+                self.add(f"{holder}.mcp_env", "conflict", "a human seat runs no MCP servers")
+            for name, values in env.items():
+                where = join_path(f"{holder}.mcp_env", str(name))
+                if name in shared:
+                    self.add(
+                        where, "conflict", f"{name!r} is shared (one per node): it takes no per-seat mcp_env"
+                    )
+                elif name in kinds:
+                    self._mcp_pairs(values, where, kinds[name])
+
+    def _mcp_pairs(self, values: Any, path: str, transport: str) -> None:
+        """Env var names (stdio) or header names (http) the child or the request can carry (CO-34)."""
+        if not isinstance(values, dict):
+            return
+        for key in values:
+            if not isinstance(key, str):
+                continue
+            if transport == "stdio" and not _ENV_NAME.match(key):
+                self.add(join_path(path, key), "shape", "an environment variable name: letters, digits, _")
+            if transport == "http" and not _HEADER_NAME.match(key):
+                self.add(join_path(path, key), "shape", "an HTTP header name: no spaces or separators")
 
     def tracker_types(self) -> None:
         """``tracker.types``: each slug declared once."""

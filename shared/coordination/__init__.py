@@ -8,6 +8,7 @@ from ._base import Coordination, Entry
 from ._buckets import DUTY_CEILING, SLOTS, TRIM_HOLD_AGE, BucketSpec, Slot, bucket_specs, reconcile_interval
 from ._errors import (
     BucketMismatch,
+    CoordinationBusy,
     CoordinationError,
     CoordinationUnavailable,
     OutcomeUnknown,
@@ -24,6 +25,7 @@ __all__ = [
     "BucketMismatch",
     "BucketSpec",
     "Coordination",
+    "CoordinationBusy",
     "CoordinationError",
     "CoordinationUnavailable",
     "Entry",

@@ -11,6 +11,7 @@ from shared.errors import ServiceError
 
 __all__ = [
     "BucketMismatch",
+    "CoordinationBusy",
     "CoordinationError",
     "CoordinationUnavailable",
     "OutcomeUnknown",
@@ -30,6 +31,14 @@ class CoordinationUnavailable(CoordinationError):
 
     def __init__(self, detail: str = "") -> None:
         super().__init__("coordination store unavailable" + (f": {detail}" if detail else ""))
+
+
+class CoordinationBusy(CoordinationUnavailable):
+    """The key's leader refused the write while it holds an uncommitted proposal on it (server
+    code 10164; infra-facts N1). Nothing of this write landed, but it is *not* a conflict with a
+    known revision: a caller whose next step is a fresh read and another compare-and-set (a
+    contended counter) may retry; everyone else reads it as unknown, like its parent.
+    """
 
 
 class OutcomeUnknown(CoordinationUnavailable):

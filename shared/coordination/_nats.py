@@ -3,8 +3,9 @@
 nats-py errors are translated here and nowhere else (STYLE.md "Errors"; infra-facts N1, N2, N7):
 
 - ``KeyWrongLastSequenceError`` whose server code is 10071 → :class:`RevisionConflict` (a real *no*).
-- The same error with code 10164 (the leader holds an uncommitted proposal during a quorum loss)
-  → :class:`CoordinationUnavailable`: it is *not* a conflict and must not read as "lost the lease".
+- The same error with code 10164 (the leader holds an uncommitted proposal: during a quorum loss,
+  or under concurrent writers of one key) → :class:`CoordinationBusy`, a
+  :class:`CoordinationUnavailable`: it is *not* a conflict and must not read as "lost the lease".
 - A timed-out or connection-lost *write* → :class:`OutcomeUnknown` (it may have been committed).
 - No responders (an election, N14), a timed-out read → :class:`CoordinationUnavailable`.
 
@@ -25,7 +26,7 @@ from nats.js.kv import KeyValue
 
 from ._base import Coordination, Entry
 from ._buckets import BucketSpec, Slot
-from ._errors import CoordinationUnavailable, OutcomeUnknown, RevisionConflict
+from ._errors import CoordinationBusy, CoordinationUnavailable, OutcomeUnknown, RevisionConflict
 
 __all__ = ["NatsCoordination"]
 
@@ -84,7 +85,7 @@ class NatsCoordination(Coordination):
         ):
             code = _server_code(e)
             if code == _UNCOMMITTED:
-                return CoordinationUnavailable(f"{key}: leader has an uncommitted proposal (10164)")
+                return CoordinationBusy(f"{key}: leader has an uncommitted proposal (10164)")
             return RevisionConflict(key, expected)
         if isinstance(e, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
             return CoordinationUnavailable(f"{key}: no responders (election or stream missing)")

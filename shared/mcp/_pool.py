@@ -7,7 +7,9 @@ sum (FL-65); a server that fails is skipped and named, the seat still runs (CO-3
 fingerprint moved (FL-115).
 
 :class:`McpPool` is the node's: one :class:`SeatTools` per held seat plus the shared set, the
-heartbeat's start rows (FL-46) and the surface a seat's turn sees.
+heartbeat's start rows (FL-46) and the surface a seat's turn sees. Before each turn
+:meth:`McpPool.revive` starts again a server that ran and then died mid-session (at most once per
+:data:`REVIVE_INTERVAL` per server); one that failed to start waits for a new claim or config.
 
 Not guaranteed: the rows are the node's *current* instances (a released seat's instances leave
 them); they are not a history of every start.
@@ -16,16 +18,24 @@ them); they are not a history of every start.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import TypedDict
 
 import anyio
 
+from shared import logs
+
 from ._resolve import ResolvedServer
 from ._session import McpServerSession
 from ._surface import McpSurface
 
-__all__ = ["McpPool", "McpRow", "SeatTools"]
+__all__ = ["REVIVE_INTERVAL", "McpPool", "McpRow", "SeatTools"]
+
+REVIVE_INTERVAL = 30.0
+"""Seconds between two revivals of one server that died mid-session (ours)."""
+
+_log = logs.get("mcp")
 
 
 class McpRow(TypedDict):
@@ -35,7 +45,8 @@ class McpRow(TypedDict):
         server: The ``mcp_servers`` entry name.
         started: Instances on this node that are running.
         failed: Instances on this node that failed to start or whose process exited.
-        reason: One failure reason (the first failed instance's, in seat order); None when none.
+        reason: One failure reason (the first failed instance's, in seat order), prefixed with the
+            seat it failed for (``seat dev: ...``, or ``shared: ...``); None when none.
     """
 
     server: str
@@ -54,6 +65,7 @@ class SeatTools:
     def __init__(self, seat: str | None = None) -> None:
         self.seat = seat
         self._sessions: dict[str, McpServerSession] = {}
+        self._revived: dict[str, float] = {}  # server -> monotonic time of its last revival
         self._lock = anyio.Lock()
         self._closed = False
 
@@ -109,6 +121,38 @@ class SeatTools:
             await _all(session.start() for session in fresh)
             if self._closed:  # a stop came while the starts ran
                 await _all(session.stop(force=True) for session in fresh)
+
+    async def revive(self, *, every: float = REVIVE_INTERVAL) -> list[str]:
+        """Start again each instance that ran and then exited or went away mid-session.
+
+        A server that failed to *start* is not retried here (its fingerprint has to move, or the
+        seat be claimed again); one that died while serving is, at most once per ``every`` seconds,
+        so a server that crashes on every call cannot turn each turn into a restart loop.
+
+        Args:
+            every: Seconds between two revivals of one server.
+
+        Returns:
+            The names of the servers started again (running or failed again).
+        """
+        async with self._lock:
+            if self._closed:
+                return []
+            now = time.monotonic()
+            due = [
+                s
+                for s in self._sessions.values()
+                if s.lost_mid_session and now - self._revived.get(s.name, -every) >= every
+            ]
+            fresh = [McpServerSession(s.server, seat=self.seat) for s in due]
+            for session in fresh:
+                self._sessions[session.name] = session
+                self._revived[session.name] = now
+            await _all(session.stop(force=True) for session in due)
+            await _all(session.start() for session in fresh)
+            for session in fresh:
+                _log.info("mcp_server_revived", server=session.name, seat=self.seat, running=session.running)
+            return [session.name for session in fresh]
 
     async def stop(self, *, force: bool = False) -> None:
         """Stop every instance and refuse later starts; idempotent (FL-66).
@@ -193,6 +237,13 @@ class McpPool:
         if tools is not None:
             await tools.stop(force=force)
 
+    async def revive(self, seat: str) -> list[str]:
+        """Before a turn: start again the seat's and the node's servers that died mid-session
+        (:meth:`SeatTools.revive`); returns their names."""
+        tools = self._seats.get(seat)
+        revived = await tools.revive() if tools is not None else []
+        return revived + await self._shared.revive()
+
     async def apply_shared(self, servers: Sequence[ResolvedServer]) -> None:
         """Reconcile the node's shared instances with :func:`~shared.mcp.resolve_shared` (FL-115)."""
         await self._shared.apply(servers)
@@ -221,7 +272,8 @@ class McpPool:
                 elif session.state == "failed":
                     row["failed"] += 1
                     if row["reason"] is None:
-                        row["reason"] = session.error
+                        who = f"seat {tools.seat}: " if tools.seat else "shared: "
+                        row["reason"] = who + (session.error or "failed")
         return [rows[name] for name in sorted(rows)]
 
     async def close(self, *, force: bool = False) -> None:

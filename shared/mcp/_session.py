@@ -126,6 +126,7 @@ class McpServerSession:
         self.pid: int | None = None
         self.tools: list[mcp_types.Tool] = []
         self.start_seconds: float | None = None
+        self.lost_mid_session = False  # it ran, then exited or went away (revivable, unlike a bad start)
         self._tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
         self._garbage: deque[str] = deque(maxlen=3)
         self._session: ClientSession | None = None
@@ -224,6 +225,7 @@ class McpServerSession:
             return
         starting = self.state in ("new", "starting")
         self.state = "failed"
+        self.lost_mid_session = not starting
         self.error = _short(reason, _REASON_LIMIT)  # it travels on every heartbeat (FL-46)
         self._wake.set()
         event = "mcp_server_failed" if starting else "mcp_server_exited"

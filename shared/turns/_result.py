@@ -313,11 +313,15 @@ class TurnResult:
     def redeliver(self) -> bool:
         """Whether the caller should NAK the delivery rather than ack it (CO-11, FL-74).
 
-        True for a fenced turn, and for a failure in :data:`REDELIVER_ERROR_KINDS` before any
+        True for a fenced turn, for a ``budget_exhausted`` refusal (CO-37: the seat's deliveries
+        are parked, the refused one included, even after an effect: the rerun sees the tracker as
+        the first run left it), and for a failure in :data:`REDELIVER_ERROR_KINDS` before any
         delivering call succeeded; False otherwise (a finished turn, a defect, a failure after
         an external write, or a refusal a retry would meet again).
         """
         if self.outcome == "fenced":
+            return True
+        if self.error_kind == "budget_exhausted":  # parked whole, effects or not (CO-37)
             return True
         return (
             self.outcome == "failed" and self.error_kind in REDELIVER_ERROR_KINDS and not self.delivered_any

@@ -91,6 +91,7 @@ async def test_the_round_that_would_cross_the_ceiling_is_refused_and_increments_
         "resets_at": "2026-11-30T00:00:00+00:00",
         "spent": 600,
         "ceiling": 1000,
+        "requested": 401,
     }
     assert e.requested == 401 and not e.retryable
     assert await spent(coord, "org.day.2026-11-29") == 600
@@ -151,6 +152,7 @@ async def test_settle_adjusts_by_actual_minus_reserved_and_logs_an_overrun() -> 
         "resets_at": "2026-11-30T00:00:00+00:00",
         "spent": 550,
         "ceiling": 500,
+        "requested": 1,
     }
 
 

@@ -20,6 +20,8 @@ import pytest
 from tests.fleet.harness import Fleet, company_doc, wait_for
 from tests.support.procs import write_yaml
 
+pytestmark = pytest.mark.timeout(300)  # the cap test applies three revisions and restarts a node
+
 KEYS = ["fleet-key-1", "fleet-key-2"]
 
 

@@ -43,7 +43,7 @@ async def test_rows_count_started_and_failed_per_server_with_one_reason(started:
             "server": "ghost",
             "started": 0,
             "failed": 2,
-            "reason": "command not found: 'crewlet-no-such-command-xyz' (not on the child's PATH)",
+            "reason": "seat ada: command not found: 'crewlet-no-such-command-xyz' (not on the child's PATH)",
         },
         {"server": "time", "started": 2, "failed": 0, "reason": None},
     ]
@@ -79,7 +79,28 @@ async def test_a_server_that_exits_mid_session_counts_as_failed(started: Started
         await asyncio.sleep(0.05)
     (row,) = pool.rows()
     assert (row["started"], row["failed"]) == (0, 1)
-    assert row["reason"] is not None and row["reason"].startswith("exited mid-session")
+    assert row["reason"] is not None and row["reason"].startswith("seat ada: exited mid-session")
+
+    # before the seat's next turn the dead server is started again, once per interval
+    assert await pool.revive("ada") == ["tiny"]
+    again = tools.session("tiny")
+    assert again is not None and again.running and again.pid != session.pid
+    (row,) = pool.rows()
+    assert (row["started"], row["failed"]) == (1, 0)
+    os.kill(again.pid, signal.SIGKILL)
+    for _ in range(100):
+        if again.state == "failed":
+            break
+        await asyncio.sleep(0.05)
+    assert await pool.revive("ada") == []  # a crash loop is not restarted on every turn
+
+
+async def test_a_server_that_failed_to_start_is_not_revived(started: Started) -> None:
+    pool = started.pool()
+    await pool.acquire("ada", [server("ghost", "crewlet-no-such-command-xyz")])
+    assert await pool.revive("ada") == []
+    (row,) = pool.rows()
+    assert (row["started"], row["failed"]) == (0, 1)
 
 
 async def test_seat_surface_includes_the_shared_servers(started: Started) -> None:

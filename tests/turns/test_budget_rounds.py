@@ -51,9 +51,9 @@ async def test_a_round_that_would_cross_the_ceiling_is_refused_before_it_runs() 
     assert result.budget is not None
     assert result.budget["scope"] == "org" and result.budget["period"] == "day"
     assert result.budget["ceiling"] == one_round + 1 and result.budget["spent"] == one_round
-    # round 1 already updated the item (an effect): the delivery is acked, not run again; a refusal
-    # before any effect is redelivered (the dispatcher parks the seat either way)
-    assert result.delivered_any and not result.redeliver
+    # round 1 already updated the item (an effect), and still the delivery goes back: the seat's
+    # deliveries are parked, the refused one included (CO-37)
+    assert result.delivered_any and result.redeliver
     assert await _spent(budgets) == result.input_tokens + result.output_tokens == one_round
     assert await budgets.refusal(str(org.seat("lead").agent_id)) is not None
 
