@@ -25,45 +25,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._node_api import Token, Url, call
+
 __all__ = ["app"]
 
 app = typer.Typer(
     no_args_is_help=True, help="The broker's members: list them, remove a dead one (FL-147, FL-149)."
 )
 
-Url = Annotated[str, typer.Option("--url", "-url", envvar="CREWLET_URL", help="A node's base URL")]
-Token = Annotated[str, typer.Option("--token", "-token", envvar="CREWLET_API_TOKEN", help="API token")]
 
 LIST_TIMEOUT = 20.0
 """Seconds ``list`` waits: the node's group read (5 s) plus a hop to the leader (5 s), with margin."""
 REMOVE_TIMEOUT = 125.0 + 60.0
 """Seconds ``remove`` waits: the removal deadline (2 min 5 s) plus one minute (FL-149)."""
-
-
-def _call(method: str, url: str, token: str, path: str, *, timeout: float, out: Console) -> tuple[int, Any]:
-    """Send one request; return ``(exit code, answer)`` — exit code 0 when the node answered 200."""
-    if not token:
-        out.print("no API token: set CREWLET_API_TOKEN or pass --token")
-        return 2, None
-    base = url.rstrip("/")
-    try:
-        with httpx.Client(timeout=timeout) as client:
-            r = client.request(method, base + path, headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as e:
-        out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}")
-        return 1, None
-    try:
-        answer = r.json()
-    except ValueError:
-        out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}")
-        return 1, None
-    if r.status_code == 200:
-        return 0, answer
-    code = answer.get("error", "") if isinstance(answer, dict) else ""
-    detail = answer.get("detail", "") if isinstance(answer, dict) else answer
-    text = detail if isinstance(detail, str) else json.dumps(detail)
-    out.print(f"refused ({r.status_code} {code}): {text}", markup=False)
-    return (1 if r.status_code in (503, 504) else 2), answer
 
 
 def _print_view(view: dict[str, Any], out: Console) -> None:
@@ -113,7 +87,7 @@ def list_cmd(
 ) -> None:
     """Print what each node advertises beside how the metadata group counts it (FL-147)."""
     out = Console(width=140)
-    code, view = _call("GET", url, token, "/fleet/broker", timeout=LIST_TIMEOUT, out=out)
+    code, view = call("GET", url, token, "/fleet/broker", timeout=LIST_TIMEOUT, out=out)
     if code == 0:
         if as_json:
             typer.echo(json.dumps(view, indent=2))
@@ -143,7 +117,7 @@ def remove_cmd(
     target = node or peer
     route = f"/fleet/broker/remove/{target}" if node else f"/fleet/broker/remove-peer/{target}"
     query = httpx.QueryParams({"confirm": confirm, **({"force": "true"} if force else {})})
-    code, answer = _call("POST", url, token, f"{route}?{query}", timeout=REMOVE_TIMEOUT, out=out)
+    code, answer = call("POST", url, token, f"{route}?{query}", timeout=REMOVE_TIMEOUT, out=out)
     if code == 0:
         voters = ", ".join(p["name"] for p in (answer.get("group") or {}).get("peers", []))
         out.print(

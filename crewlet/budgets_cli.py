@@ -25,40 +25,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._node_api import Token, Url, call
+
 __all__ = ["app"]
 
 app = typer.Typer(no_args_is_help=True, help="Token budgets of the fleet: show them, reset a scope (FL-120).")
 
-Url = Annotated[str, typer.Option("--url", "-url", envvar="CREWLET_URL", help="A node's base URL")]
-Token = Annotated[str, typer.Option("--token", "-token", envvar="CREWLET_API_TOKEN", help="API token")]
 TIMEOUT = 15.0
 """Seconds a command waits for the node (a read of a few counters, or a reset of a few)."""
-
-
-def _call(method: str, url: str, token: str, path: str, out: Console) -> tuple[int, Any]:
-    """Send one request; return ``(exit code, answer)`` — exit code 0 when the node answered 200."""
-    if not token:
-        out.print("no API token: set CREWLET_API_TOKEN or pass --token")
-        return 2, None
-    base = url.rstrip("/")
-    try:
-        with httpx.Client(timeout=TIMEOUT) as client:
-            r = client.request(method, base + path, headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as e:
-        out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}", markup=False)
-        return 1, None
-    try:
-        answer = r.json()
-    except ValueError:
-        out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}", markup=False)
-        return 1, None
-    if r.status_code == 200:
-        return 0, answer
-    code = answer.get("error", "") if isinstance(answer, dict) else ""
-    detail = answer.get("detail", "") if isinstance(answer, dict) else answer
-    text = detail if isinstance(detail, str) else json.dumps(detail)
-    out.print(f"refused ({r.status_code} {code}): {text}", markup=False)
-    return (1 if r.status_code in (503, 504) else 2), answer
 
 
 def _print_view(view: dict[str, Any], out: Console) -> None:
@@ -93,7 +67,7 @@ def show_cmd(
 ) -> None:
     """Print caps, spend of the current windows and refusing scopes (FL-120)."""
     out = Console(width=160)
-    code, view = _call("GET", url, token, "/budgets", out)
+    code, view = call("GET", url, token, "/budgets", timeout=TIMEOUT, out=out)
     if code == 0:
         if as_json:
             typer.echo(json.dumps(view, indent=2))
@@ -122,7 +96,7 @@ def reset_cmd(
         )
         raise typer.Exit(2)
     path = "/budgets/reset" + (f"?{httpx.QueryParams({'scope': scope})}" if scope else "")
-    code, answer = _call("POST", url, token, path, out)
+    code, answer = call("POST", url, token, path, timeout=TIMEOUT, out=out)
     if code == 0:
         zeroed = answer.get("zeroed", [])
         if not zeroed:

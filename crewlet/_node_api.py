@@ -1,0 +1,62 @@
+"""One request to a running node's API, as the operator commands send it (FL-24 §CLI).
+
+Shared by :mod:`crewlet.broker_cli` and :mod:`crewlet.budgets_cli`: the ``--url`` / ``--token``
+options (``CREWLET_URL``, ``CREWLET_API_TOKEN``) and :func:`call`, which turns every outcome into an
+exit code and a printed line — never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+
+__all__ = ["Token", "Url", "call"]
+
+Url = Annotated[str, typer.Option("--url", "-url", envvar="CREWLET_URL", help="A node's base URL")]
+"""The ``--url`` option: a node's base URL."""
+Token = Annotated[str, typer.Option("--token", "-token", envvar="CREWLET_API_TOKEN", help="API token")]
+"""The ``--token`` option: an API token holding the route's grant."""
+
+
+def call(method: str, url: str, token: str, path: str, *, timeout: float, out: Console) -> tuple[int, Any]:
+    """Send one request; return ``(exit code, answer)``.
+
+    Args:
+        method: ``GET`` or ``POST``.
+        url: The node's base URL.
+        token: The API token; "" prints what to set and answers exit code 2.
+        path: The route with its query string.
+        timeout: Seconds to wait for the answer.
+        out: Where the refusals are printed.
+
+    Returns:
+        ``(0, body)`` for a 200; ``(1, None)`` when the node cannot be reached or answers no JSON;
+        ``(1, body)`` for a 503/504 and ``(2, body)`` for any other refusal, printed as
+        ``refused (<status> <code>): <detail>``.
+    """
+    if not token:
+        out.print("no API token: set CREWLET_API_TOKEN or pass --token")
+        return 2, None
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            r = client.request(method, base + path, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as e:
+        out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}", markup=False)
+        return 1, None
+    try:
+        answer = r.json()
+    except ValueError:
+        out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}", markup=False)
+        return 1, None
+    if r.status_code == 200:
+        return 0, answer
+    code = answer.get("error", "") if isinstance(answer, dict) else ""
+    detail = answer.get("detail", "") if isinstance(answer, dict) else answer
+    text = detail if isinstance(detail, str) else json.dumps(detail)
+    out.print(f"refused ({r.status_code} {code}): {text}", markup=False)
+    return (1 if r.status_code in (503, 504) else 2), answer
