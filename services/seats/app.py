@@ -95,10 +95,12 @@ def service(ctx: NodeContext) -> RoleService:
     async def reconcile_mcp(snap: CompanySnapshot) -> None:
         """FL-115: shared servers and held seats' servers restart only where the resolved config moved."""
         await pool.apply_shared(resolve_shared(snap.org.company))
-        for handle in list(ctx.seats_held):
-            seat = snap.org.seat(handle)
-            if seat is not None:
-                await pool.acquire(handle, resolve_seat_servers(snap.org, seat))
+        for handle in pool.held():
+            seat, tools = snap.org.seat(handle), pool.seat(handle)
+            # a seat released meanwhile keeps no set (a stopped set ignores an apply); a seat the
+            # apply removed is released role_gone by the next sweep, its servers with it
+            if seat is not None and tools is not None:
+                await tools.apply(resolve_seat_servers(snap.org, seat))
 
     def engine() -> TurnEngine:
         eng: TurnEngine = state["engine"]

@@ -5,6 +5,7 @@ a per-seat stdio server of a running node, driven by a scripted model over the r
   next round, not before) and calls it; the turn record shows the MCP call with its origin;
 - the heartbeat row on ``GET /fleet`` says the server started, and a second server whose command
   does not exist is named there as failed while the seat still runs (FL-46);
+- an apply that moves one seat's ``mcp_env`` restarts that seat's child only (FL-115);
 - draining the node stops the child, and so does ``kill -9`` of the node (checked by PID).
 """
 
@@ -18,8 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+import yaml
+
 from tests.support.llm_servers import Reply
-from tests.support.procs import Node, free_port, pid_alive
+from tests.support.procs import TOKEN, Node, free_port, pid_alive
 
 from .llm import OpenAIRouted
 from .support import company_with_provider, fault_node_file, post_message, wait_for
@@ -99,13 +103,16 @@ def test_a_seat_lists_activates_and_calls_an_mcp_tool_and_its_child_dies_with_th
     seen: list[Any] = []
     with OpenAIRouted(respond=_script(seen)) as llm:
         node = _boot(start_node, tmp_path, llm, "one")
-        mine = wait_for("the seats' time servers started", lambda: set(_time_children()) - before, node=node)
+        doc = yaml.safe_load((tmp_path / "company.yaml").read_text())
+        agents = sum(1 for u in doc["units"] for r in u["roles"] if r.get("kind", "agent") == "agent")
 
         def rows() -> dict[str, dict[str, Any]] | None:
             found = {r["server"]: r for r in _mcp_rows(node, "mcp-one")}
-            return found if found.get("time", {}).get("started") else None
+            return found if found.get("time", {}).get("started") == agents else None
 
         by_server = wait_for("the heartbeat carries the MCP start rows", rows, timeout=30, node=node)
+        mine = set(_time_children()) - before
+        assert len(mine) == agents  # one child per agent seat
         assert by_server["time"]["failed"] == 0
         assert by_server["ghost"]["started"] == 0 and by_server["ghost"]["failed"] >= 1
         assert "no-such-mcp-server" in by_server["ghost"]["reason"]
@@ -140,6 +147,24 @@ def test_a_seat_lists_activates_and_calls_an_mcp_tool_and_its_child_dies_with_th
         assert "get_current_time" not in offered[0] and "get_current_time" not in offered[1]
         assert "get_current_time" in offered[2]
         assert "`time`" in seen[0]["messages"][0]["content"]  # the prompt names the server
+
+        # FL-115: an apply restarts only the child whose resolved config moved (the lead's)
+        doc["units"][0]["roles"][0]["mcp_env"] = {"time": {"TZ": "UTC"}}
+        put = httpx.put(
+            f"{node.url}/config",
+            json=doc,
+            headers={"Authorization": f"Bearer {TOKEN}", "X-Summary": "the lead's time server in UTC"},
+            timeout=30,
+        )
+        assert put.status_code == 201, put.text
+        after = wait_for(
+            "the lead's server restarted",
+            lambda: (now := set(_time_children()) - before) != mine and len(now) == len(mine) and now,
+            timeout=30,
+            node=node,
+        )
+        assert len(mine - after) == 1 and len(after - mine) == 1, (mine, after)  # one restart, the rest kept
+        mine = after
 
         # drain: the node stops, and every child it started is gone
         node.signal(signal.SIGTERM)
