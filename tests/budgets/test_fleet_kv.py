@@ -81,22 +81,25 @@ async def test_three_nodes_stop_at_the_cap_in_total(
     refusals = await asyncio.gather(*runs)
     total = sum(sum(n.admitted.values()) for n in nodes)
     spent_a = sum(n.admitted.get(a, 0) for n in nodes)
-    assert total == CAP  # not 3 x CAP
+    # not 3 x CAP. Not always exactly CAP either: a seat-a charge holds its org reservation until
+    # the seat refuses and compensates, and an org charge that meets that moment is refused (FL-119:
+    # org first, then the seat) — at most one 100-token step per seat-a runner (12 of them)
+    assert CAP - 12 * 100 <= total <= CAP
     assert spent_a <= SEAT_CAP
     assert "org" in refusals
     views = [await n.budgets.snapshot() for n in nodes]
     for view in views:
         org_view, seat_view = view["scopes"]
-        assert org_view["windows"]["day"]["spent"] == CAP
+        assert org_view["windows"]["day"]["spent"] == total  # the counter is what was admitted
         assert seat_view["windows"]["day"]["spent"] == spent_a  # compensation left no stray tokens
         assert "org" in view["refusing"]
     # a restarted node (a new connection, a new Budgets) reads the same counters
     again = await open_node(nats_server.url, "n1-again", org)
     try:
-        assert (await again.budgets.snapshot())["scopes"][0]["windows"]["day"]["spent"] == CAP
+        assert (await again.budgets.snapshot())["scopes"][0]["windows"]["day"]["spent"] == total
         # a reset on one node is seen by another's next read
         zeroed = await again.budgets.reset("org")
-        assert zeroed[0]["was"] == CAP
+        assert zeroed[0]["was"] == total
         assert (await nodes[2].budgets.snapshot())["scopes"][0]["windows"]["day"]["spent"] == 0
         assert await nodes[1].budgets.refusal(b) is None
     finally:
