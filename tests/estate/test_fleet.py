@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import nats
+import nats.js.errors
 import pytest
 
 from shared import coordination
@@ -200,6 +201,17 @@ def test_write_and_read_cost_on_three_replicas(fleet: Fleet) -> None:
         nc = await nats.connect(servers=fleet.cluster.urls.split(","))
         js = nc.jetstream()
         await js.add_stream(name="RAWR3", subjects=["rawr3.>"], num_replicas=3)
+        deadline = (
+            time.monotonic() + 20
+        )  # a new R3 stream answers "no responders" until it has a leader (N14)
+        while True:
+            try:
+                await js.publish("rawr3.warmup", b"x")
+                break
+            except nats.js.errors.NoStreamResponseError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
         out = []
         for i in range(100):
             t = time.perf_counter()
