@@ -96,6 +96,7 @@ async def _load(url: str, wal: Path) -> dict[str, Any]:
     samples: list[int] = []
     done = asyncio.Event()
     reads = {"work": 0, "search": 0, "failed": 0}
+    failures: list[str] = []  # what a failed read answered, for the assertion message
     statuses: dict[int, int] = {}
 
     async def sampler() -> None:
@@ -121,8 +122,10 @@ async def _load(url: str, wal: Path) -> dict[str, Any]:
                     reads["work"] += 1
                 if r.status_code != 200:
                     reads["failed"] += 1
-            except httpx.HTTPError:
+                    failures.append(f"{r.request.url.path} {r.status_code}: {r.text[:200]}")
+            except httpx.HTTPError as e:
                 reads["failed"] += 1
+                failures.append(f"{type(e).__name__}: {e}")
 
     async with httpx.AsyncClient(base_url=url, headers=H, timeout=60.0) as client:
         sem = asyncio.Semaphore(CONCURRENCY)
@@ -140,7 +143,13 @@ async def _load(url: str, wal: Path) -> dict[str, Any]:
         elapsed = time.monotonic() - started
         done.set()
         await asyncio.gather(*tasks)
-    return {"samples": samples, "reads": reads, "statuses": statuses, "elapsed": elapsed}
+    return {
+        "samples": samples,
+        "reads": reads,
+        "statuses": statuses,
+        "elapsed": elapsed,
+        "failures": failures,
+    }
 
 
 @pytest.mark.timeout(420)
@@ -163,7 +172,7 @@ def test_wal_stays_bounded_under_writes_and_readers(node: Node) -> None:
     )
     assert out["statuses"].get(201) == WRITES, out["statuses"]
     assert out["reads"]["work"] > 0 and out["reads"]["search"] > 0
-    assert out["reads"]["failed"] == 0, out["reads"]
+    assert out["reads"]["failed"] == 0, (out["reads"], out["failures"][:5])
     assert peak < WAL_BOUND, f"WAL peaked at {peak} bytes, over the bound {WAL_BOUND}"
     assert after <= WAL_LIMIT
     metrics = httpx.get(node.url + "/metrics", timeout=10).text

@@ -10,6 +10,7 @@ read from the company: at 3 the same five make two turns (3 + 2).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
@@ -117,7 +118,16 @@ def test_five_messages_of_one_conversation_make_one_follow_up_turn(
         ] * 5
         assert {m["reply"] for m in messages[1:]} == {"answered 5 messages"}
 
-        # six deliveries, each acked exactly once (the five after the merged turn), nothing pending
+        # six deliveries, each acked exactly once (the five after the merged turn), nothing pending;
+        # a message reads answered just before its delivery is acked, so wait for the sixth ack line
+        def acked() -> list[dict[str, Any]] | None:
+            found = [
+                e for e in node.events() if e.get("event") == "inbox_acked" and e.get("seat") == "triage"
+            ]
+            return found if len(found) >= 6 else None
+
+        wait_for("six acks", acked, timeout=10, node=node)
+        time.sleep(0.5)  # and no seventh after it
         log = node.events()
         acks = [e for e in log if e.get("event") == "inbox_acked" and e.get("seat") == "triage"]
         assert Counter(e["outcome"] for e in acks) == {"ack": 6}, acks
