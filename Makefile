@@ -29,7 +29,7 @@ run: install ## Start one node with the example company on the embedded broker, 
 .PHONY: test
 test: install ## Run the whole test suite (real nats-server, real node processes; two workers, a module each)
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=30 $(ARGS)
 
 .PHONY: bench-quick
 bench-quick: install ## Every benchmark figure at its smallest size, no timing asserted (CI runs it after make test)

@@ -59,7 +59,7 @@ async def inproc(tmp_path: Path, nats_server: Any) -> AsyncIterator[Callable[...
         await server.start()
         node = Inproc(node_id, nc, est, server)
         started.append(node)
-        assert await est.wait_level(10)
+        assert await est.wait_level(45)
         return node
 
     try:

@@ -104,7 +104,7 @@ async def test_a_node_below_its_log_adopts_at_boot_skipping_a_corrupt_donor_then
     coord.put = put  # type: ignore[method-assign]
     with capture_logs() as logs:
         c = await node("c", level=False, coord=coord, **FAST)
-        assert await c.est.wait_level(20)
+        assert await c.est.wait_level(45)
     adopted = [e for e in logs if e["event"] == "statelog_adopted"]
     assert len(adopted) == 1 and adopted[0]["donor"] == "b" and adopted[0]["sha256"] == good["sha256"]
     assert adopted[0]["taken_at"] == good["taken_at"] and adopted[0]["log_level"] == "info"
@@ -166,7 +166,7 @@ async def test_an_incompatible_artefact_is_refused_before_transfer(node: Start) 
         await a.nc.jetstream().purge_stream(TRACKER, seq=c_at + 10)
         with capture_logs() as logs:
             c = await node("c", level=False, **FAST)
-            assert await c.est.wait_level(20)
+            assert await c.est.wait_level(45)
     finally:
         for s in subs:
             await s.unsubscribe()

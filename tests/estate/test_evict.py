@@ -49,13 +49,13 @@ async def test_evict_writes_one_gate_per_log_and_a_rerun_collapses(inproc: Start
         assert await _gate_records(nats_server.url, domain) == 1
     # every copy agrees on who is evicted (b applied the same records)
     last = max(x["position"] for x in first["logs"] if x["log"] == "tracker")
-    assert await b.est.appliers["tracker"].wait_applied(last, 10)
+    assert await b.est.appliers["tracker"].wait_applied(last, 30)
     for node in (a, b):
         gates = await node.est.store.read(evicted_since)
         assert set(gates.get("tracker", {})) == {"c"} and set(gates.get("pages", {})) == {"c"}
     back = await run_gesture(a.est, None, action="readmit", node="c", confirm="c", writer="a")
     assert all(x["outcome"] == "applied" for x in back["logs"])
-    assert await b.est.appliers["pages"].wait_applied(max(x["position"] for x in back["logs"]), 10)
+    assert await b.est.appliers["pages"].wait_applied(max(x["position"] for x in back["logs"]), 30)
     assert (await b.est.store.read(evicted_since)).get("pages") == {}
 
 

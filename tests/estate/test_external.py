@@ -103,7 +103,7 @@ async def test_two_creates_of_one_basis_through_two_nodes_file_one_item(inproc: 
     b = await inproc("b")
     await seed(a, "ENG")
     floor = await _log_last(a)
-    assert await b.est.appliers["tracker"].wait_applied(floor, 5)
+    assert await b.est.appliers["tracker"].wait_applied(floor, 30)
     # Hold both copies so neither can see the other's item when it decides: both records reach
     # the log and the apply alone must decide (a decide-time check could not).
     for n in (a, b):
@@ -134,7 +134,7 @@ async def test_two_creates_of_one_basis_through_two_nodes_file_one_item(inproc: 
     assert winner.result["position"]["seq"] < loser.result["position"]["seq"]  # log order decides
     assert loser.result["object"]["title"] == winner.result["object"]["title"]
     for n in (a, b):
-        assert await n.est.appliers["tracker"].wait_applied(floor + 2, 5)
+        assert await n.est.appliers["tracker"].wait_applied(floor + 2, 30)
         assert [i["key"] for i in await _items(n, external=BASIS)] == ["ENG-1"]
         assert len(await _items(n)) == 1
         assert await _next_number(n) == 2  # the folded create drew no number
@@ -162,7 +162,7 @@ async def test_two_creates_of_one_basis_through_two_nodes_file_one_item(inproc: 
     assert sum(1 for ans in made if ans["outcome"] == "applied") == len(bases)
     last = max(ans["position"]["seq"] for ans in made)
     for n in (a, b):
-        assert await n.est.appliers["tracker"].wait_applied(last, 5)
+        assert await n.est.appliers["tracker"].wait_applied(last, 30)
         assert len(await _items(n, limit=100)) == 1 + len(bases)
         assert await _next_number(n) == 2 + len(bases)
     assert (await a.est.store.digest()) == (await b.est.store.digest())
@@ -281,7 +281,7 @@ async def test_an_estate_file_from_the_previous_version_opens_and_gains_the_colu
     assert again.result["outcome"] == "existing"
     # A fresh copy replaying the whole log holds the same rows as the upgraded one (ES-1).
     b = await inproc("b")
-    assert await b.est.appliers["tracker"].wait_applied(made.result["position"]["seq"], 5)
+    assert await b.est.appliers["tracker"].wait_applied(made.result["position"]["seq"], 30)
     assert (await a.est.store.digest()) == (await b.est.store.digest())
     # Opening again changes nothing (the upgrade is idempotent).
     await stop_inproc(a)

@@ -22,6 +22,8 @@ from .conftest import Inproc, seed, stop_inproc
 
 Start = Callable[..., Awaitable[Inproc]]
 
+pytestmark = pytest.mark.timeout(300)  # several in-process nodes start and stop per test on 2 loaded cores
+
 
 @pytest.fixture
 async def node(tmp_path: Path, nats_server: Any) -> AsyncIterator[Start]:
@@ -45,7 +47,7 @@ async def node(tmp_path: Path, nats_server: Any) -> AsyncIterator[Start]:
         n = Inproc(node_id, nc, est, server)
         started.append(n)
         if level:
-            assert await est.wait_level(15)
+            assert await est.wait_level(45)
         return n
 
     try:
@@ -59,6 +61,23 @@ async def create(n: Inproc, title: str) -> estate.Answer:
     ans = await n.svc.serve(estate.Call(op="work.create", args={"project": "ENG", "title": title}))
     assert ans.status == "ran" and ans.error is None, ans
     return ans
+
+
+async def registered(n: Inproc, peer: str, timeout: float = 30.0) -> None:
+    """Wait until ``peer``'s positions are in the register ``n`` reads (its first heartbeat):
+    until then ``n``'s keeper counts itself the sole node (ES-54)."""
+    kv = await n.nc.jetstream().key_value("crewlet_positions")
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        try:
+            keys = await kv.keys()
+        except Exception:  # noqa: BLE001 - nats-py raises NoKeysError while the bucket is empty
+            keys = []
+        if any(k.endswith(f".{peer}") for k in keys):
+            return
+        assert loop.time() < end, f"{peer} never published its positions"
+        await asyncio.sleep(0.1)
 
 
 async def wait_for(pred: Callable[[], bool], timeout: float = 15.0) -> bool:
@@ -147,6 +166,7 @@ async def test_insufficient_space_declines_warns_once_and_raises_volume_low(node
     a = await node("a", snapshot_interval=3600.0)
     await seed(a, "ENG")
     await node("b")  # a second counted node: not sole
+    await registered(a, "b")
     keeper = a.est.snapshots
     assert keeper is not None
     await keeper.stop()
@@ -180,6 +200,7 @@ async def test_a_restart_with_a_recent_artefact_logs_nothing(node: Start) -> Non
     a = await node("a")
     await seed(a, "ENG")
     await node("b")
+    await registered(a, "b")
     keeper = a.est.snapshots
     assert keeper is not None
     await keeper.take()

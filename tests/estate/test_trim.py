@@ -230,7 +230,7 @@ async def test_a_node_whose_next_record_was_trimmed_refuses_and_a_peer_takes_the
     b = await inproc("b", heartbeat=3600.0)
     await seed(a, "ENG")
     _f, seeded = await a.est.log.head("tracker")
-    assert await b.est.appliers["tracker"].wait_applied(seeded, 10.0)
+    assert await b.est.appliers["tracker"].wait_applied(seeded, 30)
     await b.est.appliers["tracker"].stop()  # b stays at `seeded` while the log moves on
     b.svc.coord = c
     for i in range(4):
