@@ -229,7 +229,11 @@ async def _open_bus(ctx: NodeContext) -> Bus:
         return bool(f(handle, epoch)) if f is not None else False
 
     bus = Bus(
-        ctx.link.nc, ctx.link.js, fence=fence, ack_wait=timedelta(seconds=ctx.cfg.stream.ack_wait_seconds)
+        ctx.link.nc,
+        ctx.link.js,
+        fence=fence,
+        ack_wait=timedelta(seconds=ctx.cfg.stream.ack_wait_seconds),
+        max_deliver=ctx.cfg.stream.max_deliver,
     )
     await bus.provision(replicas=ctx.cfg.stream.replicas)
     ctx.extras["bus"] = bus

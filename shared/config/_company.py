@@ -106,6 +106,8 @@ class LlmProvider(_Model):
         max_output_tokens: Cap on one answer, in tokens.
         temperature: Sent only when set; None leaves the vendor default.
         cooldowns: Credential benching (P1).
+        max_concurrent: Calls in flight at once per API key of this entry, in one node process
+            (ours, 1..1 024; default 8); further calls wait their turn.
         script: ``offline`` only: the rules file, relative to the company file.
     """
 
@@ -117,6 +119,7 @@ class LlmProvider(_Model):
     max_output_tokens: int = Field(4096, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     cooldowns: Cooldowns = Field(default_factory=Cooldowns)
+    max_concurrent: int = Field(8, ge=1, le=1024)
     script: str | None = None
 
 

@@ -154,6 +154,8 @@ class StreamConfig(_Strict):
         ack_wait_seconds: The seat mailboxes' ack window in seconds (FL-83: 30 min). A clean
             handover is a NAK (about a millisecond); this window only bounds how long mail a
             killed node had fetched waits before it is redelivered. Tests shorten it.
+        max_deliver: Deliveries of one inbox message before it goes to the seat's dead-letter
+            subject (FL-82: 25; 2..1 000). Tests shorten it.
         max_payload_bytes: The smallest server ``max_payload`` accepted (FL-3: 8 MB).
         tracker_retention: Snapshot interval, trim age and rejoin window (ES-52, ES-53, ES-59).
     """
@@ -170,6 +172,7 @@ class StreamConfig(_Strict):
     sync: str = "always"
     debug: bool = False
     ack_wait_seconds: Annotated[float, Field(ge=1.0, le=86_400.0)] = 1800.0
+    max_deliver: Annotated[int, Field(ge=2, le=1000)] = 25
     tracker_retention: TrackerRetention = Field(default_factory=TrackerRetention)
 
 
