@@ -100,8 +100,9 @@ def _pick_keys(value: Any) -> str | None:
 
 
 def pick_llm(value: Any) -> str | None:
-    """Tag a role's ``llm`` value for its discriminated union (None: no branch fits)."""
-    if isinstance(value, dict):
+    """Tag a role's ``llm`` value for its discriminated union (None: no branch fits): a mapping, or
+    an already-built per-phase model (serialisation asks too), is ``~phases``."""
+    if isinstance(value, dict) or hasattr(value, "review"):
         return "~phases"
     return _pick_keys(value)
 

@@ -47,10 +47,12 @@ __all__ = [
 ]
 
 # Keys whose feature is P1: accepted and inert until built (CO-1, "feature_inert{path}").
-# ``token_budget`` is built (CO-37, shared.budgets), so it is no longer listed.
-_P1_COMPANY = ("scheduling",)
-_P1_ROLE = ("llm_review", "schedules")
-_P1_UNIT = ("schedules",)
+# ``token_budget`` is built (CO-37, shared.budgets), ``scheduling`` and ``schedules`` too (CO-33,
+# services.workers.scheduler), and so are ``llm_review`` and ``turn_engine.max_iterations`` (CO-30,
+# shared.turns), so they are no longer listed.
+_P1_COMPANY: tuple[str, ...] = ()
+_P1_ROLE: tuple[str, ...] = ()
+_P1_UNIT: tuple[str, ...] = ()
 
 
 def validate_company_data(
@@ -245,8 +247,6 @@ def inert_paths(company: Company) -> list[str]:
                 out.append(key)
         elif top in fields and getattr(company, top):
             out.append(key)
-    if "max_iterations" in company.turn_engine.model_fields_set:
-        out.append("turn_engine.max_iterations")
 
     def scan(items: Iterable[Any], path: str, keys: tuple[str, ...]) -> None:
         for i, item in enumerate(items):

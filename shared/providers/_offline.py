@@ -15,6 +15,16 @@ argument named ``body`` start with ``[offline] ``, and so do work item titles (o
 asks for titles too; page titles are left alone because a page title is its address —
 ``Notes SUP-1`` in the golden path). ``model`` is always ``crewlet-offline-1``.
 
+Phases (CO-30..CO-32, ours): the executor's turn ends with ``submit_work``. Unless the rule's
+steps call ``submit_work`` themselves, the ``final`` text comes together with a ``submit_work``
+call (id ``offline-submit-<k>``) whose summary is that text: outcome ``delivered`` when the rule
+made steps, else ``no_action``; when the engine refuses it (CO-31: ``reply_owed`` →
+``delivered``; any other refusal → ``blocked`` with the refusal as evidence) the next call submits
+again. A later executor iteration (its prompt carries the prior-work ledger) makes no steps: the
+ledger says they are done. A review request (only ``submit_review`` offered) is answered with the
+rule's ``submit_review`` step when it has one, else ``submit_review{decision: done}``;
+``submit_review`` steps are never run by the executor.
+
 Token counts (CO-15, ours): ``input = ceil(utf8 bytes(system + messages + tools JSON) / 4)``,
 ``output = ceil(utf8 bytes(output) / 4)``, cache figures 0 (the prompt text is
 :func:`~shared.providers._base.prompt_text`). :meth:`OfflineProvider.estimate` is exact: the same
@@ -39,6 +49,7 @@ from ._types import (
     RequestContext,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
 )
 
 __all__ = ["OFFLINE_LABEL", "OfflineProvider"]
@@ -49,6 +60,9 @@ OFFLINE_LABEL = "[offline] "
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _INDEXED = re.compile(r"^(seat\.reports|result)\[(\d+)\](?:\.([A-Za-z_][A-Za-z0-9_]*))?$")
 _TITLED_TOOLS = frozenset({"create_work_item", "update_work_item"})
+_STEP_ID = re.compile(r"^offline-(\d+)$")
+_SUBMIT_ID = "offline-submit-"
+_LEDGER_HEADING = "## Prior work\n"
 
 
 def _label(text: str) -> str:
@@ -112,26 +126,51 @@ class OfflineProvider(LlmProvider):
         """The answer to ``request``: a pure function of the script and the request."""
         context = request.context or RequestContext(seat="")
         rule = self.match(context)
+        offered = {t.name for t in request.tools}
+        if "submit_review" in offered and "submit_work" not in offered:
+            return self._review(request, context, rule)
         results = _step_results(request)
         done = len(results)
-        call: ToolCall | None = None
-        if rule is not None and done < len(rule.steps):
-            step = rule.steps[done]
+        steps = [s for s in rule.steps if s.tool != "submit_review"] if rule is not None else []
+        if _later_iteration(request):
+            steps = []  # the prior-work ledger says they happened (CO-30)
+        calls: tuple[ToolCall, ...] = ()
+        if done < len(steps):
+            step = steps[done]
             args = {
                 name: self._arg(step.tool, name, _render_value(value, context, results))
                 for name, value in step.args.items()
             }
-            call = ToolCall(f"offline-{done}", step.tool, args)
-            output = step.tool + call.arguments_json()
+            calls = (ToolCall(f"offline-{done}", step.tool, args),)
+            output = step.tool + calls[0].arguments_json()
             text = ""
         else:
             final = rule.final if rule is not None else self.script.default.final
             text = _label(_render(final, context, results))
             output = text
+            if not any(s.tool == "submit_work" for s in steps) and "submit_work" in offered:
+                call = _submit_call(request, text, acted=bool(steps))
+                calls = (call,)
+                output += call.name + call.arguments_json()
+        return self._completion(request, text, calls, output)
+
+    def _review(self, request: ChatRequest, context: RequestContext, rule: OfflineRule | None) -> Completion:
+        """A review request (CO-30): the rule's ``submit_review`` step, else ``done``."""
+        scripted = next((s for s in rule.steps if s.tool == "submit_review"), None) if rule else None
+        if scripted is not None:
+            args = {k: _render_value(v, context, {}) for k, v in scripted.args.items()}
+        else:
+            args = {"decision": "done", "notes": OFFLINE_LABEL + "reviewed; the work stands."}
+        call = ToolCall("offline-review", "submit_review", args)
+        return self._completion(request, "", (call,), call.name + call.arguments_json())
+
+    def _completion(
+        self, request: ChatRequest, text: str, calls: tuple[ToolCall, ...], output: str
+    ) -> Completion:
         return Completion(
             text=text,
-            tool_calls=(call,) if call is not None else (),
-            stop_reason="tool_use" if call is not None else "end",
+            tool_calls=calls,
+            stop_reason="tool_use" if calls else "end",
             model=OFFLINE_MODEL,
             input_tokens=_tokens(prompt_text(request)),
             output_tokens=_tokens(output),
@@ -151,16 +190,47 @@ def _step_results(request: ChatRequest) -> dict[int, Any]:
     asked: set[str] = set()
     for message in request.messages:
         if isinstance(message, AssistantMessage):
-            asked.update(c.id for c in message.tool_calls if c.id.startswith("offline-"))
+            asked.update(c.id for c in message.tool_calls if _STEP_ID.match(c.id))
     out: dict[int, Any] = {}
     for message in request.messages:
         if isinstance(message, ToolResultMessage) and message.tool_call_id in asked:
-            try:
-                value: Any = json.loads(message.content)
-            except ValueError:
-                value = message.content
-            out[int(message.tool_call_id.removeprefix("offline-"))] = value
+            match = _STEP_ID.match(message.tool_call_id)
+            assert match is not None
+            out[int(match.group(1))] = _parsed(message.content)
     return out
+
+
+def _parsed(content: str) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content
+
+
+def _later_iteration(request: ChatRequest) -> bool:
+    """True when the conversation opens with a later executor iteration's prompt (CO-30)."""
+    first = next((m for m in request.messages if isinstance(m, UserMessage)), None)
+    return first is not None and _LEDGER_HEADING in first.text
+
+
+def _submit_call(request: ChatRequest, summary: str, *, acted: bool) -> ToolCall:
+    """The ``submit_work`` that ends the executor's turn, after any refused earlier ones."""
+    refusals = [
+        _parsed(m.content)
+        for m in request.messages
+        if isinstance(m, ToolResultMessage) and m.tool_call_id.startswith(_SUBMIT_ID) and m.is_error
+    ]
+    args: dict[str, Any] = {"outcome": "delivered" if acted else "no_action", "summary": summary}
+    if refusals:
+        last = refusals[-1] if isinstance(refusals[-1], dict) else {}
+        if last.get("code") == "reply_owed" and not any(
+            isinstance(x, dict) and x.get("code") == "not_delivered" for x in refusals
+        ):
+            args["outcome"] = "delivered"
+        else:
+            args["outcome"] = "blocked"
+            args["evidence"] = OFFLINE_LABEL + str(last.get("error") or "the engine refused the outcome")
+    return ToolCall(f"{_SUBMIT_ID}{len(refusals) + 1}", "submit_work", args)
 
 
 def _lookup(path: str, context: RequestContext, results: dict[int, Any]) -> str:

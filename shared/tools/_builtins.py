@@ -3,13 +3,24 @@
 ``lookup_colleague`` (orig) resolves a handle, name, e-mail or external id (``contact`` and
 ``identities`` values) to a seat's profile; an exact match wins, otherwise a case-insensitive
 substring search returns candidates. ``submit_work`` (orig) is always on the surface and ends
-the phase when it succeeds; ``blocked`` needs ``evidence``.
+the phase when it succeeds.
+
+``submit_work`` decodes the outcome against the turn's reply obligation (CO-31's first check,
+:attr:`ToolContext.reply_mode`); a refusal is an error result the model reads (code in brackets):
+
+- ``blocked`` needs ``evidence`` (``refused``);
+- ``no_action`` on an owed turn (``tool`` or ``engine``) is refused (``reply_owed``): someone
+  is waiting for an answer;
+- ``delivered`` on a ``tool``-owed turn must rest on a successful delivering call that reached the
+  asker's surface (:meth:`ToolContext.reaches_asker`), else it is refused (``not_delivered``).
+  On an ``engine``-owed turn the engine hands the answer over itself, so ``delivered`` stands.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ._asks import a2a_ask_tool
 from ._errors import ToolFailed
 from ._knowledge import file_tools, knowledge_tools
 from ._registry import Submission, Tool, ToolAnnotations, ToolContext, ToolRegistry
@@ -64,11 +75,42 @@ async def _lookup(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     return {"match": None, "candidates": [_profile(ctx, h) for h in fuzzy[:_MAX_CANDIDATES]]}
 
 
+class _ReplyOwed(ToolFailed):
+    """``no_action`` on a turn that owes a reply (CO-31)."""
+
+    code = "reply_owed"
+
+
+class _NotDelivered(ToolFailed):
+    """``delivered`` on a ``tool``-owed turn with nothing on the asker's surface (CO-31)."""
+
+    code = "not_delivered"
+
+
+def _asker(ctx: ToolContext) -> str:
+    where = " or ".join(f"`{s}`" for s in ctx.reply_surfaces) or "any surface"
+    return where + (f" (work item {ctx.reply_item})" if ctx.reply_item else "")
+
+
 async def _submit(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     outcome = args["outcome"]
     evidence = args.get("evidence", "")
     if outcome == "blocked" and not evidence.strip():
         raise ToolFailed("outcome 'blocked' needs evidence: say what blocks the work", "evidence")
+    if outcome == "no_action" and ctx.reply_mode != "none":
+        raise _ReplyOwed(
+            f"outcome 'no_action' is refused: this turn owes the asker a reply ({ctx.reply_mode}); "
+            "answer them and submit 'delivered', or submit 'blocked' with evidence",
+            "outcome",
+        )
+    if outcome == "delivered" and ctx.reply_mode == "tool" and not ctx.reached_asker:
+        done = ", ".join(f"{d.tool} on {d.surface}" for d in ctx.deliveries) or "none"
+        raise _NotDelivered(
+            "outcome 'delivered' is refused: no successful delivering call reached the asker on "
+            f"{_asker(ctx)} (this turn's deliveries: {done}); answer there first, or submit "
+            "'blocked' with evidence",
+            "outcome",
+        )
     ctx.submission = Submission(
         outcome=outcome,
         summary=args["summary"],
@@ -127,7 +169,14 @@ def builtin_tools() -> ToolRegistry:
     """Return a fresh registry holding every P0 built-in (CO-23), in catalogue order:
     tracker, knowledge, files, colleagues, then ``submit_work``."""
     return ToolRegistry(
-        [*tracker_tools(), *knowledge_tools(), *file_tools(), *colleague_tools(), submit_work_tool()]
+        [
+            *tracker_tools(),
+            *knowledge_tools(),
+            *file_tools(),
+            *colleague_tools(),
+            a2a_ask_tool(),
+            submit_work_tool(),
+        ]
     )
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_TOOL_TIMEOUT_SECONDS",
+    "Delivery",
     "Hint",
     "Submission",
     "Tool",
@@ -77,6 +78,21 @@ class Submission:
     open_questions: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """One successful delivering call of the turn (CO-23, CO-31).
+
+    Attributes:
+        tool: The tool's name.
+        surface: Where it delivered: ``work``, ``page``, ``file``, or an MCP server's name.
+        keys: The work item keys the call touched (tracker writes), in order; () otherwise.
+    """
+
+    tool: str
+    surface: str
+    keys: tuple[str, ...] = ()
+
+
 @dataclass
 class ToolContext:
     """What a handler may use for one call; one per turn, shared by its calls.
@@ -89,6 +105,17 @@ class ToolContext:
         touched: Work items the turn's successful tracker writes touched, in order:
             ``{"key", "id", "project"}`` (CO-19's ``sole_write`` charging reads it).
         submission: Set by a successful ``submit_work``.
+        reply_mode: The turn's reply obligation (CO-31): ``none``, ``tool`` or ``engine``;
+            ``submit_work`` checks its outcome against it.
+        reply_surfaces: The asker's surfaces (``work``, ``github``, an MCP server's name) a
+            ``tool``-owed reply must reach; () for any surface.
+        reply_item: The work item a ``tool``-owed reply on the ``work`` surface must touch; "" for
+            any item.
+        deliveries: The turn's successful delivering calls so far, in order (the executor
+            appends; every iteration of the turn counts).
+
+    .. versionchanged:: 0.1 ``reply_mode``, ``reply_surfaces``, ``reply_item``, ``deliveries``
+       (issue 14, CO-31).
     """
 
     seat: str
@@ -97,11 +124,34 @@ class ToolContext:
     turn_id: str = ""
     touched: list[dict[str, Any]] = field(default_factory=list)
     submission: Submission | None = None
+    reply_mode: Literal["none", "tool", "engine"] = "none"
+    reply_surfaces: tuple[str, ...] = ()
+    reply_item: str = ""
+    deliveries: list[Delivery] = field(default_factory=list)
 
     def touch(self, key: str, item: dict[str, Any] | None = None) -> None:
         """Record that a successful write touched work item ``key``."""
         item = item or {}
         self.touched.append({"key": key, "id": item.get("id"), "project": key.rsplit("-", 1)[0]})
+
+    def record_delivery(self, tool: str, surface: str, keys: tuple[str, ...] = ()) -> Delivery:
+        """Append a successful delivering call to :attr:`deliveries` and return it."""
+        delivery = Delivery(tool, surface, tuple(keys))
+        self.deliveries.append(delivery)
+        return delivery
+
+    def reaches_asker(self, delivery: Delivery) -> bool:
+        """Whether ``delivery`` lands where a ``tool``-owed reply is expected (CO-31): on one of
+        :attr:`reply_surfaces` (any when empty) and, on ``work`` with a :attr:`reply_item`, on
+        that item."""
+        if self.reply_surfaces and delivery.surface not in self.reply_surfaces:
+            return False
+        return not (delivery.surface == "work" and self.reply_item and self.reply_item not in delivery.keys)
+
+    @property
+    def reached_asker(self) -> bool:
+        """True when some successful delivering call of the turn reached the asker (CO-31)."""
+        return any(self.reaches_asker(d) for d in self.deliveries)
 
 
 ToolHandler = Callable[[dict[str, Any], ToolContext], Awaitable[Any]]

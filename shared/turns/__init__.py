@@ -1,7 +1,8 @@
-"""Turns seam: one seat's turn on one trigger (CO-16..CO-22, FL-74).
+"""Turns seam: one seat's turn on one trigger (CO-16..CO-22, CO-30..CO-32, FL-74).
 
-:class:`TurnEngine` runs the ``execute`` phase's tool loop against a seat's provider chain and
-tool surface, guarded by the in-turn fence, and returns a :class:`TurnResult` (what section 10
+:class:`TurnEngine` runs ``execute`` → ``review`` iterations against a seat's provider chains and
+tool surface, guarded by the in-turn fence, with correctives (CO-32) and the reply obligation's
+checks (:func:`reply_obligation`, CO-31), and returns a :class:`TurnResult` (what section 10
 records); a :class:`TurnRecorder` receives the record as it happens. :class:`Trigger` and
 :func:`work_key` are the turn's identity (CO-19); :func:`partition` and :func:`merge_triggers`
 coalesce one inbox drain into one trigger per conversation (CO-38); :func:`build_prompt` is prompt
@@ -9,7 +10,8 @@ assembly (CO-17).
 """
 
 from ._errors import SeatNotRunnable, TurnError
-from ._executor import BudgetGate, Fence, ToolSurface, TurnEngine
+from ._executor import BudgetGate, Fence, ToolSurface, TurnEngine, review_chain_keys
+from ._obligation import reply_obligation
 from ._prompt import (
     PREFETCH_CHARS,
     PREFETCH_HITS,
@@ -21,9 +23,12 @@ from ._prompt import (
 from ._recorder import MemoryRecorder, TurnRecorder
 from ._result import (
     REDELIVER_ERROR_KINDS,
+    Decision,
     ErrorKind,
     Outcome,
+    Phase,
     PhaseRecord,
+    Review,
     RoundRecord,
     Section,
     ToolExecution,
@@ -47,14 +52,17 @@ __all__ = [
     "PREFETCH_HITS",
     "PREFETCH_QUERY_CHARS",
     "REDELIVER_ERROR_KINDS",
+    "Decision",
     "ErrorKind",
     "BudgetGate",
     "Fence",
     "MemoryRecorder",
     "Outcome",
+    "Phase",
     "PhaseRecord",
     "Prompt",
     "ReplyMode",
+    "Review",
     "RoundRecord",
     "SeatNotRunnable",
     "Section",
@@ -72,5 +80,7 @@ __all__ = [
     "merge_triggers",
     "partition",
     "prefetch_knowledge",
+    "reply_obligation",
+    "review_chain_keys",
     "work_key",
 ]

@@ -163,7 +163,12 @@ def _mcp(servers: Sequence[str]) -> str:
 
 
 def _system(
-    org: OrgModel, seat: Seat, tools: Sequence[Tool], mcp_servers: Sequence[str] = ()
+    org: OrgModel,
+    seat: Seat,
+    tools: Sequence[Tool],
+    mcp_servers: Sequence[str] = (),
+    *,
+    your_turn: str = _YOUR_TURN,
 ) -> tuple[str, tuple[Section, ...]]:
     company = org.company
     context = "\n".join(
@@ -185,7 +190,7 @@ def _system(
             ("unit", "Your unit", _unit(org, seat)),
             ("policies", "Company policies", _bullets(company.policies)),
             ("team", "Your team", _team(org, seat)),
-            ("your_turn", "Your turn", _YOUR_TURN),
+            ("your_turn", "Your turn", your_turn),
             ("available_tools", "Available tools", _tools(tools)),
             ("mcp_servers", "MCP tool servers", _mcp(mcp_servers)),
         ]
@@ -212,6 +217,10 @@ def _task(trigger: Trigger, item: dict[str, Any] | None) -> str:
         return "\n".join(lines)
     if trigger.type == "task_assigned":
         head = "Task" + (f" from {trigger.sender}" if trigger.sender else "")
+    elif trigger.type == "a2a_request":  # CO-36: a colleague's ask; the final answer goes back
+        head = f"Ask from @{trigger.sender}" if trigger.sender else "Ask from a colleague"
+    elif trigger.type == "a2a_message":
+        head = f"Answer from @{trigger.sender}" if trigger.sender else "Answer from a colleague"
     elif trigger.source == "api":
         head = f"Message from {trigger.sender or 'an API client'}"
     else:

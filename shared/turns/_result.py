@@ -1,4 +1,4 @@
-"""What a turn records (company spec section 10; CO-16, CO-18, CO-19, CO-22).
+"""What a turn records (company spec section 10; CO-16, CO-18, CO-19, CO-22, CO-30..CO-32).
 
 Every number says its unit: times are Unix seconds (``started_at``) and seconds
 (``duration_seconds``); tokens are tokens. :meth:`TurnResult.to_dict` gives the JSON shape a
@@ -8,25 +8,30 @@ recorder stores and ``GET /turns/{id}`` serves.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shared.providers import Message, ToolCall
 from shared.tools import Submission
 
-from ._trigger import Trigger
+from ._trigger import ReplyMode, Trigger
 
 __all__ = [
     "REDELIVER_ERROR_KINDS",
+    "Decision",
     "ErrorKind",
     "Outcome",
+    "Phase",
     "PhaseRecord",
+    "Review",
     "RoundRecord",
     "Section",
     "ToolExecution",
     "TurnResult",
     "TurnStart",
     "WorkItemCharge",
+    "work_item_charge",
 ]
 
 Outcome = Literal["delivered", "no_action", "blocked", "incomplete", "failed", "fenced"]
@@ -45,8 +50,22 @@ ErrorKind = Literal[
     "unhandled_exception",
     "depth_cap",
     "fenced",
+    "stall",
+    "max_iter",
+    "scheduled_timeout",
+    "review_failed",
 ]
-"""Why a turn failed (CO-16, CO-18)."""
+"""Why a turn failed (CO-16, CO-18). P1 guards (CO-18, CO-30, CO-33): ``stall`` (two
+``self_iterate`` reviews of the same artifact), ``max_iter`` (``turn_engine.max_iterations``
+reached with the reviewer still asking for more), ``scheduled_timeout`` (a scheduled task ran past
+its ``timeout_seconds``); ``review_failed`` (ours): the reviewer decided ``failed``."""
+
+Phase = Literal["execute", "review"]
+"""A phase of a turn (CO-30): the executor, then the reviewer."""
+
+Decision = Literal["done", "self_iterate", "failed", "skipped"]
+"""How a turn's review ended (CO-30, CO-31): the reviewer's ``done | self_iterate | failed``, or
+``skipped`` when an unasked ``no_action`` ended the turn before any review."""
 
 REDELIVER_ERROR_KINDS: frozenset[str] = frozenset(
     {"llm_unavailable", "fenced", "budget_exhausted", "budget_unavailable"}
@@ -81,8 +100,12 @@ class RoundRecord:
         stop_reason: The normalised stop reason, or "" when the call failed.
         text: The assistant text.
         tool_calls: The calls asked for.
+        phase: ``execute`` or ``review`` (CO-30).
+        iteration: The executor/review iteration, from 1 (CO-30).
 
     A provider call that failed is not a round: it leaves no row (its span records the error).
+
+    .. versionchanged:: 0.1 ``phase`` and ``iteration`` (issue 14, CO-30).
     """
 
     round: int
@@ -97,6 +120,8 @@ class RoundRecord:
     stop_reason: str = ""
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
+    phase: Phase = "execute"
+    iteration: int = 1
 
 
 @dataclass(frozen=True)
@@ -120,6 +145,10 @@ class ToolExecution:
         delivered: True when the call counts as a delivery (CO-23).
         started_at: Unix seconds.
         duration_seconds: In seconds.
+        phase: ``execute`` or ``review`` (CO-30).
+        iteration: The executor/review iteration, from 1 (CO-30).
+
+    .. versionchanged:: 0.1 ``phase`` and ``iteration`` (issue 14, CO-30).
     """
 
     round: int
@@ -138,15 +167,50 @@ class ToolExecution:
     delivered: bool
     started_at: float
     duration_seconds: float
+    phase: Phase = "execute"
+    iteration: int = 1
+
+    @property
+    def surface(self) -> str | None:
+        """Where a delivering call delivered (CO-31): the built-in's ``delivers_to``, the MCP
+        server's name for ``mcp:<server>``, or None for a call that delivers nowhere."""
+        if self.delivers_to:
+            return self.delivers_to
+        if self.origin.startswith("mcp:"):
+            return self.origin.removeprefix("mcp:")
+        return None
+
+
+@dataclass(frozen=True)
+class Review:
+    """What ``submit_review`` recorded (CO-30).
+
+    Attributes:
+        decision: ``done``, ``self_iterate`` or ``failed``.
+        notes: The reviewer's reasons; for ``self_iterate``, what the next iteration must do.
+        completed_work: What the reviewer found done (optional).
+        final_artifact: The answer to hand the asker, when the reviewer wrote one; "" otherwise.
+        rescued: True when the reviewer never decided (correctives ran out) and the executor's
+            result was accepted as ``done`` (CO-32 rescue for the reviewer, ours).
+        overturned: True when a ``done`` was overturned to ``self_iterate`` because nothing reached
+            the asker (CO-31's after-review check); ``decision`` then reads ``self_iterate``.
+    """
+
+    decision: Literal["done", "self_iterate", "failed"]
+    notes: str = ""
+    completed_work: str = ""
+    final_artifact: str = ""
+    rescued: bool = False
+    overturned: bool = False
 
 
 @dataclass
 class PhaseRecord:
-    """One phase iteration (section 10 ``phase``); P0 has one, ``execute``.
+    """One phase iteration (section 10 ``phase``): ``execute`` or ``review`` (CO-30).
 
     Attributes:
-        phase: ``execute``.
-        iteration: 1 at P0.
+        phase: ``execute`` or ``review``.
+        iteration: 1-based; one ``execute`` and (usually) one ``review`` per iteration.
         started_at: Unix seconds.
         duration_seconds: In seconds.
         system_prompt: The frozen system prompt.
@@ -161,9 +225,18 @@ class PhaseRecord:
         input_tokens, output_tokens, cache_read_tokens, cache_write_tokens: Sums, in tokens.
         provider_key: The last serving entry, or "".
         model: The last serving model, or "".
+        correctives: Corrective messages sent in this phase (CO-32; at most 2 in a row).
+        rescued: True when the phase ended without its closing call (correctives ran out or
+            the round cap hit): ``incomplete`` for the executor, the executor's result accepted
+            for the reviewer (CO-32).
+        decision: For ``review``: the decision taken (after any overturn); None otherwise.
+        notes: For ``review``: the reviewer's notes; "" otherwise.
+
+    .. versionchanged:: 0.1 ``review`` phases, ``correctives``, ``rescued``, ``decision``,
+       ``notes`` (issue 14, CO-30..CO-32).
     """
 
-    phase: str = "execute"
+    phase: Phase = "execute"
     iteration: int = 1
     started_at: float = 0.0
     duration_seconds: float = 0.0
@@ -182,6 +255,10 @@ class PhaseRecord:
     cache_write_tokens: int = 0
     provider_key: str = ""
     model: str = ""
+    correctives: int = 0
+    rescued: bool = False
+    decision: str | None = None
+    notes: str = ""
 
 
 @dataclass(frozen=True)
@@ -192,15 +269,18 @@ class WorkItemCharge:
         key: ``SUP-1``.
         id: The item's id when known, else None.
         project: ``SUP``.
-        basis: ``trigger`` (the wake named it) or ``sole_write`` (the turn's successful
-            tracker writes touched exactly this one item).
+        basis: ``trigger`` (the wake named it), ``asked_by`` (an agent-to-agent ask: the asker's
+            item, CO-36) or ``sole_write`` (the turn's successful tracker writes touched exactly
+            this one item).
         backend: ``native`` at P0.
+
+    .. versionchanged:: 0.1 ``asked_by`` (issue 14, CO-19/CO-36).
     """
 
     key: str
     id: str | None
     project: str
-    basis: Literal["trigger", "sole_write"]
+    basis: Literal["trigger", "asked_by", "sole_write"]
     backend: str = "native"
 
 
@@ -217,6 +297,10 @@ class TurnStart:
         trigger: What woke the seat.
         started_at: Unix seconds.
         trace_id: 32 hex digits, or "" when tracing is off.
+        reply_mode: The reply obligation, derived from the trigger before any model runs
+            (CO-31, :func:`shared.turns.reply_obligation`).
+
+    .. versionchanged:: 0.1 ``reply_mode`` (issue 14, CO-31).
     """
 
     turn_id: str
@@ -227,21 +311,28 @@ class TurnStart:
     trigger: Trigger
     started_at: float
     trace_id: str
+    reply_mode: ReplyMode = "none"
 
 
 @dataclass
 class TurnResult:
-    """A finished turn (section 10 ``turn``), with its phase, rounds and tool calls.
+    """A finished turn (section 10 ``turn``), with its phases, rounds and tool calls.
 
     Attributes:
+        phases: Every phase iteration, in order: ``execute`` 1, ``review`` 1, ``execute`` 2, ...
+            (CO-30). A refused turn has one failed ``execute`` phase that never ran.
         outcome: See :data:`Outcome`.
         error: Why it failed, or None.
         error_kind: See :data:`ErrorKind`, or None.
-        final_text: The last assistant text ("" when none).
-        submission: What ``submit_work`` recorded, or None.
+        final_text: The last executor text ("" when none).
+        submission: What the last ``submit_work`` recorded, or None.
+        review: The last review, or None (no review ran).
+        decision: See :data:`Decision`; None when no review ran and none was skipped.
+        iterations: Executor iterations run (0 for a refused turn).
         rounds: Every round, in order.
         tool_calls: Every tool call, in order.
-        messages: The whole conversation as the model saw it (user, assistant, tool results).
+        messages: The conversation of the last executor iteration as the model saw it (user,
+            assistant, tool results, correctives).
         input_tokens, output_tokens, cache_read_tokens, cache_write_tokens: Turn totals
             (= the sum over rounds, CO-22), in tokens.
         deliveries: Names of tools whose calls delivered, in order.
@@ -255,17 +346,24 @@ class TurnResult:
             the model is sent: a ``${NAME}`` in a goal reaches the model, not the turn record.
         budget: A ``budget_exhausted`` refusal's figures ``{scope, period, resets_at, spent,
             ceiling}`` (CO-37), or None.
-        retry_after: Seconds before a redelivery can succeed: every key of the seat's providers is
-            benched that long (CO-42); None for the ordinary backoff.
+        retry_after: Seconds before a redelivery can succeed, or None for the caller's ordinary
+            backoff: for ``llm_unavailable``, the longer of the wait until some key of the chain
+            is free (CO-42) and the longest ``Retry-After`` a provider sent (CO-12, FL-121).
+
+    .. versionchanged:: 0.1 ``phases`` (was one ``phase``), ``review``, ``decision``,
+       ``iterations`` (issue 14, CO-30); ``retry_after`` also from the providers' Retry-After.
     """
 
     start: TurnStart
-    phase: PhaseRecord
+    phases: list[PhaseRecord] = field(default_factory=list)
     outcome: Outcome = "no_action"
     error: str | None = None
     error_kind: str | None = None
     final_text: str = ""
     submission: Submission | None = None
+    review: Review | None = None
+    decision: Decision | None = None
+    iterations: int = 0
     rounds: list[RoundRecord] = field(default_factory=list)
     tool_calls: list[ToolExecution] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
@@ -283,6 +381,34 @@ class TurnResult:
     redact: tuple[str, ...] = field(default=(), repr=False)
     budget: dict[str, Any] | None = None
     retry_after: float | None = None
+
+    @property
+    def phase(self) -> PhaseRecord:
+        """The first phase (``execute``, iteration 1): what a one-phase reader expects.
+
+        Raises:
+            IndexError: No phase was recorded (a turn still starting).
+        """
+        return self.phases[0]
+
+    @property
+    def reply_mode(self) -> ReplyMode:
+        """The reply obligation the turn ran under (CO-31; from :class:`TurnStart`)."""
+        return self.start.reply_mode
+
+    @property
+    def reply(self) -> str:
+        """The final artifact, what an ``engine`` reply hands the asker (CO-8, CO-30, CO-36):
+        the reviewer's ``final_artifact`` when it wrote one, else the executor's last text,
+        else the submission's summary; "" when the turn produced none. Empty for a failed turn
+        or an ``incomplete`` one: those delivered nothing (CO-8)."""
+        if self.failed or self.outcome == "incomplete":
+            return ""
+        if self.review is not None and self.review.final_artifact.strip():
+            return self.review.final_artifact
+        if self.final_text.strip():
+            return self.final_text
+        return self.submission.summary if self.submission is not None else ""
 
     @property
     def turn_id(self) -> str:
@@ -335,6 +461,7 @@ class TurnResult:
         start["trigger"] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in start["trigger"].items()}
         out.update(start)
         out["failed"] = self.failed
+        out["reply"] = self.reply
         secrets = out.pop("redact", ())
         return _masked(out, tuple(secrets)) if secrets else out
 
@@ -350,3 +477,56 @@ def _masked(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, list | tuple):
         return [_masked(v, secrets) for v in value]
     return value
+
+
+def _asked_by_item(trigger: Trigger) -> Mapping[str, Any] | None:
+    """The asker's work item an ``a2a_request`` carries (``payload.asked_by.work_item``, CO-36)."""
+    if trigger.type != "a2a_request" or not trigger.payload:
+        return None
+    asked = trigger.payload.get("asked_by")
+    item = asked.get("work_item") if isinstance(asked, Mapping) else None
+    if isinstance(item, Mapping) and isinstance(item.get("key"), str) and item["key"]:
+        return item
+    return None
+
+
+def work_item_charge(
+    trigger: Trigger, item: Mapping[str, Any] | None, touched: Sequence[Mapping[str, Any]]
+) -> tuple[list[str], WorkItemCharge | None]:
+    """Settle a turn's charge (CO-19): the trigger's item (``trigger``), else the asker's item of
+    an agent-to-agent ask (``asked_by``, CO-36), else the one item the turn's writes touched
+    (``sole_write``), else none.
+
+    Args:
+        trigger: The turn's trigger.
+        item: The trigger's item as the workspace returned it, or None.
+        touched: The successful tracker writes' ``{"key", "id", "project"}``, in order.
+
+    Returns:
+        ``(touched keys in first-touch order, the charge or None)``.
+    """
+    seen: dict[str, dict[str, Any]] = {}
+    for t in touched:
+        if t["key"]:
+            seen.setdefault(t["key"], dict(t))
+            if t.get("id"):
+                seen[t["key"]]["id"] = t["id"]
+    asked = _asked_by_item(trigger)
+    charge: WorkItemCharge | None = None
+    if trigger.work_item_key:
+        key = trigger.work_item_key
+        item_id = (item or {}).get("id") or (seen.get(key) or {}).get("id")
+        charge = WorkItemCharge(key, item_id, key.rsplit("-", 1)[0], "trigger")
+    elif asked is not None:
+        key = asked["key"]
+        project = asked.get("project")
+        charge = WorkItemCharge(
+            key,
+            asked.get("id") if isinstance(asked.get("id"), str) else None,
+            project if isinstance(project, str) and project else key.rsplit("-", 1)[0],
+            "asked_by",
+        )
+    elif len(seen) == 1:
+        key, one = next(iter(seen.items()))
+        charge = WorkItemCharge(key, one.get("id"), one["project"], "sole_write")
+    return list(seen), charge

@@ -1,36 +1,46 @@
-"""One turn's run: the ``execute`` phase's loop, its records and spans (see
-:mod:`shared.turns._executor` for the rules it follows: CO-16..CO-19, CO-21, CO-22, FL-74)."""
+"""One turn's run: ``execute`` → ``review`` iterations (CO-30), correctives and rescue (CO-32),
+the reply obligation's three checks (CO-31), the guards (CO-18), records and spans (CO-21).
+
+See :mod:`shared.turns._executor` for the rules in one place; the provider round and the tool call
+themselves are :mod:`shared.turns._rounds`.
+"""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
 
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from shared import logs, telemetry
-from shared.budgets import BudgetExhausted, BudgetUnavailable
 from shared.config import Seat
 from shared.providers import (
     AssistantMessage,
     ChatRequest,
-    Completion,
-    ContextTooLong,
-    LLMError,
-    LLMUnavailable,
     Message,
     ProviderChain,
     RequestContext,
-    ToolCall,
     ToolResultMessage,
     UserMessage,
 )
-from shared.tools import ToolContext, Workspace
+from shared.tools import ToolContext, ToolRegistry, Workspace
 
-from ._prompt import Prompt, build_prompt, prefetch_knowledge
-from ._result import PhaseRecord, RoundRecord, ToolExecution, TurnResult, TurnStart, WorkItemCharge
-from ._tracing import chat_attributes, content_attributes, turn_end_attributes, turn_start_attributes
+from ._obligation import asker_surface, refuted_claim, reply_obligation
+from ._prompt import Prompt, _task, build_prompt, prefetch_knowledge
+from ._result import PhaseRecord, Review, TurnResult, TurnStart, work_item_charge
+from ._review import (
+    CORRECTIVE_LIMIT,
+    REVIEW_MAX_ROUNDS,
+    artifact_hash,
+    corrective,
+    iteration_prompt,
+    review_prompt,
+    review_tool,
+)
+from ._rounds import Rounds
+from ._tracing import turn_end_attributes, turn_start_attributes
 from ._trigger import Trigger
 
 if TYPE_CHECKING:
@@ -41,8 +51,12 @@ __all__ = ["TurnRun"]
 _STOP_FAILURES = frozenset({"max_tokens", "refusal", "context_exceeded", "paused"})
 _log = logs.get("turns")
 
+Ended = Literal["closed", "capped", "rescued", "stopped"]
+"""How a phase's loop ended: its closing call succeeded; the round cap hit; correctives ran out;
+or the turn stopped (failed, fenced, timed out)."""
 
-class TurnRun:
+
+class TurnRun(Rounds):
     """One turn's state; :meth:`execute` runs it once."""
 
     def __init__(
@@ -54,6 +68,7 @@ class TurnRun:
         fence: Fence,
         turn_id: str,
         chain: ProviderChain,
+        review_chain: ProviderChain | None = None,
     ) -> None:
         self.e = engine
         self.seat = seat
@@ -61,15 +76,29 @@ class TurnRun:
         self.workspace = workspace
         self.fence = fence
         self.chain = chain
+        self.review_chain = review_chain if review_chain is not None else chain
         self.turn_id = turn_id
-        self.ctx = ToolContext(seat.handle, workspace, engine.org, turn_id)
+        self.reply_mode = reply_obligation(trigger)
+        surfaces, item = asker_surface(trigger)
+        self.ctx = ToolContext(
+            seat.handle,
+            workspace,
+            engine.org,
+            turn_id,
+            reply_mode=self.reply_mode,
+            reply_surfaces=surfaces,
+            reply_item=item,
+        )
         # the turn's own surface: built-ins, plus the seat's MCP servers' meta tools and whatever
         # activate_tool brings on during the turn (CO-34); captured once, like the company (FL-116)
         surface = engine.mcp(seat.handle) if engine.mcp is not None else None
         self.tools = surface.turn_registry(engine.tools) if surface is not None else engine.tools
         self.mcp_servers = list(surface.servers()) if surface is not None else []
-        self.capped = False
+        self.incomplete = False
+        self.deadline: float | None = None
         self.item: dict[str, Any] | None = None
+        self.prompt: Prompt | None = None
+        self.texts: list[tuple[int, str]] = []  # executor text by iteration, oldest first
         org = engine.org
         self.request_context = RequestContext(
             seat=seat.handle,
@@ -84,38 +113,28 @@ class TurnRun:
             sender=trigger.sender,
         )
         self.result: TurnResult
+        self.phase: PhaseRecord
 
-    async def _record(self, method: str, *args: Any) -> None:
-        if self.e.recorder is None:
-            return
-        try:
-            await getattr(self.e.recorder, method)(*args)
-        except Exception as e:  # noqa: BLE001 - a recorder must not break the turn
-            _log.error(
-                "turn_record_failed", turn_id=self.turn_id, step=method, error=f"{type(e).__name__}: {e}"
-            )
+    def _timeout_seconds(self) -> float | None:
+        """A scheduled task's ``timeout_seconds`` (CO-33), or None when the trigger has none."""
+        value = self.trigger.payload.get("timeout_seconds") if self.trigger.payload else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        return None
 
-    async def _fence_ok(self, where: str) -> bool:
-        try:
-            held = bool(await self.fence())
-        except Exception as e:  # noqa: BLE001 - unknown is not a yes (FL-74)
-            _log.warning("turn_fence_error", turn_id=self.turn_id, error=f"{type(e).__name__}: {e}")
-            held = False
-        if not held:
-            self._fail("fenced", f"seat fence tripped {where}", outcome="fenced")
-            _log.warning("turn_fenced", turn_id=self.turn_id, seat=self.seat.handle, where=where)
-        return held
-
-    def _fail(self, kind: str, error: str, *, outcome: str = "failed") -> None:
-        r = self.result
-        r.outcome = outcome  # type: ignore[assignment]  # "failed" | "fenced"
-        r.error_kind, r.error = kind, error
+    def _breach(self, kind: str, error: str, **facts: Any) -> None:
+        """Fail the turn for a guard (CO-18): ``turn.guard_breach{kind}``."""
+        self._fail(kind, error)
+        _log.warning("turn.guard_breach", kind=kind, turn_id=self.turn_id, error=error, **facts)
 
     async def execute(self, refuse: tuple[str, str] | None = None) -> TurnResult:
         """Run the turn; with ``refuse=(kind, error)`` record it failed without running it."""
         trigger, e = self.trigger, self.e
         p0, wall0 = time.perf_counter(), time.time()
+        timeout = self._timeout_seconds()
+        self.deadline = e.clock() + timeout if timeout is not None else None
         attributes = turn_start_attributes(self.seat, trigger, self.turn_id, e.epoch)
+        attributes["crewlet.reply_mode"] = self.reply_mode
         with e.tracer.start_as_current_span(
             telemetry.SPAN_TURN,
             context=telemetry.extract(trigger.trace_headers),
@@ -133,10 +152,9 @@ class TurnRun:
                 trigger=trigger,
                 started_at=wall0,
                 trace_id=format(span_context.trace_id, "032x") if span_context.is_valid else "",
+                reply_mode=self.reply_mode,
             )
-            self.result = TurnResult(
-                start=start, phase=PhaseRecord(max_rounds=e.max_tool_rounds), redact=tuple(e.secrets)
-            )
+            self.result = TurnResult(start=start, redact=tuple(e.secrets))
             if e.metrics is not None:
                 e.metrics.in_flight.inc()
             try:
@@ -147,14 +165,18 @@ class TurnRun:
                     seat=self.seat.handle,
                     trigger_type=trigger.type,
                     source=trigger.source,
+                    reply_mode=self.reply_mode,
                 )
                 await self._record("turn_started", start)
                 if refuse is None:
-                    await self._phase()
+                    await self._iterate()
                 else:
                     self._fail(*refuse)
-                    self.result.phase.failed = True
-                    self.result.phase.error, self.result.phase.error_kind = refuse[1], refuse[0]
+                    self.result.phases.append(
+                        PhaseRecord(
+                            max_rounds=e.max_tool_rounds, failed=True, error=refuse[1], error_kind=refuse[0]
+                        )
+                    )
                     _log.warning("turn.guard_breach", kind=refuse[0], turn_id=self.turn_id, error=refuse[1])
                 self._conclude()
             finally:
@@ -175,6 +197,8 @@ class TurnRun:
             seat=r.seat,
             outcome=r.outcome,
             error_kind=r.error_kind,
+            decision=r.decision,
+            iterations=r.iterations,
             rounds=len(r.rounds),
             tool_calls=len(r.tool_calls),
             input_tokens=r.input_tokens,
@@ -184,21 +208,208 @@ class TurnRun:
         await self._record("turn_finished", r)
         return r
 
-    async def _phase(self) -> None:
+    # -- iterations (CO-30, CO-31) -------------------------------------------------------------
+
+    async def _iterate(self) -> None:
+        """Run ``execute`` → ``review`` until the reviewer is done, a check ends the turn, or a
+        guard trips (module docstring of :mod:`shared.turns._executor`)."""
         e, r = self.e, self.result
-        phase = r.phase
+        seen: set[str] = set()
+        reason = ""
+        for i in range(1, e.max_iterations + 1):
+            r.iterations = i
+            self.ctx.submission = None
+            ended = await self._phase(
+                "execute", i, self._executor_prompt(i, reason), self.chain, self.tools, "submit_work"
+            )
+            if ended == "stopped" or r.failed:
+                return
+            if ended != "closed":
+                self.incomplete = True  # CO-32 rescue, or the round cap (CO-16)
+                return
+            submission = self.ctx.submission
+            assert submission is not None  # the closing call succeeded
+            r.submission = submission
+            # CO-31, before review: an unasked no_action ends the turn; a refuted claim loops back
+            if submission.outcome == "no_action" and self.reply_mode == "none":
+                r.decision = "skipped"
+                _log.info(
+                    "turn_review_skipped", turn_id=self.turn_id, iteration=i, reason="unasked_no_action"
+                )
+                return
+            refuted = refuted_claim(submission, self.ctx)
+            if refuted:
+                _log.info("turn_claim_refuted", turn_id=self.turn_id, iteration=i, why=refuted)
+                if i == e.max_iterations:
+                    self._breach("max_iter", f"max_iterations {e.max_iterations} reached: {refuted}")
+                    return
+                reason = f"Correction: {refuted}"
+                continue
+            review = await self._review(i)
+            if review is None:
+                return
+            r.review, r.decision = review, review.decision
+            if review.decision == "done":
+                return
+            if review.decision == "failed":
+                self._fail("review_failed", f"the reviewer decided failed: {review.notes}")
+                _log.warning("turn_review_failed", turn_id=self.turn_id, iteration=i, notes=review.notes)
+                return
+            digest = artifact_hash(submission, self._text(i))
+            if digest in seen:
+                self._breach("stall", "two self_iterate reviews of the same artifact", iteration=i)
+                return
+            seen.add(digest)
+            if i == e.max_iterations:
+                self._breach(
+                    "max_iter", f"max_iterations {e.max_iterations} reached and the reviewer asked for more"
+                )
+                return
+            reason = "The reviewer asked for another pass:\n" + review.notes
+
+    def _text(self, iteration: int) -> str:
+        return "\n\n".join(t for i, t in self.texts if i == iteration)
+
+    def _executor_prompt(self, iteration: int, reason: str) -> Callable[[], Awaitable[Prompt]]:
+        async def build() -> Prompt:
+            if self.prompt is None:
+                self.prompt = await self._prompt()
+            if iteration == 1:
+                return self.prompt
+            return iteration_prompt(
+                self.prompt,
+                calls=self.result.tool_calls,
+                tools=self.tools,
+                prior_text="\n\n".join(t for _, t in self.texts),
+                reason=reason,
+            )
+
+        return build
+
+    def _reached(self, review: Review) -> bool:
+        """CO-31's after-review check: did the answer reach the asker?"""
+        if self.reply_mode == "tool":
+            return self.ctx.reached_asker
+        if self.reply_mode == "engine":
+            r = self.result
+            summary = r.submission.summary if r.submission is not None else ""
+            return bool((review.final_artifact or r.final_text or summary).strip())
+        return True
+
+    async def _review(self, iteration: int) -> Review | None:
+        """Run the review phase of ``iteration``; the review (after the after-review check), or
+        None when the turn stopped in it."""
+        r = self.result
+        reviews: list[Review] = []
+        tools = ToolRegistry([review_tool(reviews.append)])
+        decided: list[Review] = []
+
+        async def build() -> Prompt:
+            assert self.prompt is not None
+            return review_prompt(
+                self.e.org,
+                self.seat,
+                _task(self.trigger, self.item),
+                tools=self.tools,
+                review_surface=list(tools),
+                calls=r.tool_calls,
+                submission=r.submission,
+                final_text=self._text(iteration),
+                reply_mode=self.reply_mode,
+                reply_surfaces=self.ctx.reply_surfaces,
+                reply_item=self.ctx.reply_item,
+            )
+
+        def settle(ended: Ended) -> None:
+            if r.failed and self._review_unreachable_after_effects():
+                # the reviewer's provider failed after the executor already acted (ours): the
+                # effects cannot be taken back and a redelivery would not run (CO-11), so the
+                # executor's result stands instead of a turn recorded failed over work it did
+                kind, error = r.error_kind, r.error
+                r.outcome, r.error, r.error_kind, r.retry_after = "no_action", None, None, None
+                review = Review(
+                    "done",
+                    notes=f"the reviewer could not be reached ({kind}: {error}); the executor's result stands",
+                    rescued=True,
+                )
+                _log.warning(
+                    "review_rescued", turn_id=self.turn_id, iteration=iteration, ended=ended, error_kind=kind
+                )
+                self.phase.decision, self.phase.notes = review.decision, review.notes
+                decided.append(review)
+                return
+            if ended == "stopped" or r.failed:
+                return
+            if reviews:
+                review = reviews[-1]
+            else:  # CO-32 rescue for the reviewer (ours): the executor's result stands
+                review = Review(
+                    "done", notes="the reviewer gave no decision; the executor's result stands", rescued=True
+                )
+                _log.warning("review_rescued", turn_id=self.turn_id, iteration=iteration, ended=ended)
+            if review.decision == "done" and not self._reached(review):
+                where = " or ".join(self.ctx.reply_surfaces) or "the asker's surface"
+                item = f" on {self.ctx.reply_item}" if self.ctx.reply_item else ""
+                review = dataclasses.replace(
+                    review,
+                    decision="self_iterate",
+                    overturned=True,
+                    notes=(
+                        f"Nothing reached the asker ({where}{item}) although a reply is owed "
+                        f"({self.reply_mode}): answer them there. Reviewer's notes: {review.notes}"
+                    ),
+                )
+                _log.info("review_overturned", turn_id=self.turn_id, iteration=iteration)
+            self.phase.decision, self.phase.notes = review.decision, review.notes
+            decided.append(review)
+
+        await self._phase("review", iteration, build, self.review_chain, tools, "submit_review", settle)
+        return decided[-1] if decided else None
+
+    def _review_unreachable_after_effects(self) -> bool:
+        """True when the review phase failed on its provider (every entry unavailable, or a
+        refusal of the request) and the executor has already delivered or written to the
+        tracker: the case where the executor's result stands (see :meth:`_review`)."""
+        r = self.result
+        return (
+            self.phase.phase == "review"
+            and r.error_kind in ("llm_unavailable", "llm_fatal", "context_exceeded")
+            and (r.delivered_any or bool(self.ctx.touched))
+        )
+
+    # -- one phase (CO-16, CO-32) --------------------------------------------------------------
+
+    async def _phase(
+        self,
+        kind: Literal["execute", "review"],
+        iteration: int,
+        build: Callable[[], Awaitable[Prompt]],
+        chain: ProviderChain,
+        tools: ToolRegistry,
+        closing: str,
+        settle: Callable[[Ended], None] | None = None,
+    ) -> Ended:
+        e, r = self.e, self.result
+        max_rounds = e.max_tool_rounds if kind == "execute" else REVIEW_MAX_ROUNDS
+        phase = PhaseRecord(phase=kind, iteration=iteration, max_rounds=max_rounds)
+        self.phase = phase
+        r.phases.append(phase)
         phase.started_at, p0 = time.time(), time.perf_counter()
+        ended: Ended = "stopped"
         with e.tracer.start_as_current_span(
-            telemetry.SPAN_PHASE.format(phase=phase.phase),
-            attributes={"crewlet.phase": phase.phase, "crewlet.iteration": phase.iteration},
+            telemetry.SPAN_PHASE.format(phase=kind),
+            attributes={"crewlet.phase": kind, "crewlet.iteration": iteration},
         ) as span:
             try:
-                prompt = await self._prompt()
+                prompt = await build()
                 phase.system_prompt, phase.system_sections = prompt.system, prompt.system_sections
                 phase.user_prompt, phase.user_sections = prompt.user, prompt.user_sections
                 await self._record("phase_started", r.start, phase)
-                await self._loop(prompt)
+                ended = await self._loop(prompt, chain, tools, closing)
+                if settle is not None:
+                    settle(ended)
             except Exception as exc:  # noqa: BLE001 - a defect fails the turn, never the caller (CO-18)
+                ended = "stopped"
                 self._fail("unhandled_exception", f"{type(exc).__name__}: {exc}")
                 _log.error(
                     "turn.guard_breach", kind="unhandled_exception", turn_id=self.turn_id, exc_info=True
@@ -207,17 +418,99 @@ class TurnRun:
             finally:
                 phase.duration_seconds = time.perf_counter() - p0
                 phase.failed = r.failed
-                phase.error, phase.error_kind = r.error, r.error_kind
+                if r.failed:
+                    phase.error, phase.error_kind = r.error, r.error_kind
                 span.set_attributes(
                     {
                         "crewlet.rounds": phase.rounds,
+                        "crewlet.correctives": phase.correctives,
                         telemetry.GEN_AI_USAGE_INPUT_TOKENS: phase.input_tokens,
                         telemetry.GEN_AI_USAGE_OUTPUT_TOKENS: phase.output_tokens,
                     }
                 )
+                if phase.decision:
+                    span.set_attribute("crewlet.decision", phase.decision)
                 if phase.failed:
                     span.set_status(Status(StatusCode.ERROR, phase.error or ""))
                 await self._record("phase_finished", r.start, phase)
+        return ended
+
+    async def _between(self, n: int) -> bool:
+        """Between rounds: the scheduled task's timeout (CO-33), then the fence (FL-74)."""
+        if self.deadline is not None and self.e.clock() >= self.deadline:
+            limit = self._timeout_seconds() or 0.0
+            self._breach(
+                "scheduled_timeout",
+                f"the scheduled task ran past its timeout_seconds ({limit:g} s)",
+                phase=self.phase.phase,
+                iteration=self.phase.iteration,
+                round=n,
+            )
+            return False
+        where = f"before round {n}" if self.phase.phase == "execute" else f"before review round {n}"
+        return await self._fence_ok(where)
+
+    async def _loop(self, prompt: Prompt, chain: ProviderChain, tools: ToolRegistry, closing: str) -> Ended:
+        r, phase = self.result, self.phase
+        messages: list[Message] = []
+
+        def add(message: Message) -> None:
+            messages.append(message)
+            r.messages.append(message)
+
+        add(UserMessage(prompt.user))
+        streak = 0
+        for n in range(1, phase.max_rounds + 1):
+            if not await self._between(n):
+                return "stopped"
+            specs = tools.specs()  # re-read: an activate_tool call adds to it (CO-34)
+            completion = await self._round(
+                n, chain, ChatRequest(prompt.system, tuple(messages), specs, context=self.request_context)
+            )
+            if completion is None:
+                return "stopped"
+            add(AssistantMessage(completion.text, completion.tool_calls))
+            if completion.text and phase.phase == "execute":
+                r.final_text = completion.text
+                self.texts.append((phase.iteration, completion.text))
+            if completion.stop_reason in _STOP_FAILURES:
+                self._fail(completion.stop_reason, f"the model stopped with {completion.stop_reason}")
+                return "stopped"
+            if not completion.tool_calls:
+                if streak >= CORRECTIVE_LIMIT:  # CO-32: rescue
+                    phase.rescued = True
+                    _log.warning(
+                        "turn_phase_rescued",
+                        turn_id=self.turn_id,
+                        phase=phase.phase,
+                        iteration=phase.iteration,
+                        correctives=phase.correctives,
+                    )
+                    return "rescued"
+                streak += 1
+                phase.correctives += 1
+                _log.info(
+                    "turn_corrective",
+                    turn_id=self.turn_id,
+                    phase=phase.phase,
+                    iteration=phase.iteration,
+                    round=n,
+                    tool=closing,
+                    streak=streak,
+                )
+                add(UserMessage(corrective(closing)))
+                continue
+            streak = 0  # any tool call resets the count (CO-32)
+            for call in completion.tool_calls:
+                tool = tools.get(call.name)
+                if tool is not None and tool.fenced and not await self._fence_ok(f"before {call.name}"):
+                    return "stopped"
+                execution = await self._tool(n, call, tools)
+                add(ToolResultMessage(call.id, call.name, execution.content, execution.is_error))
+                if tool is not None and tool.ends_turn and not execution.is_error:
+                    return "closed"
+        phase.rescued = True
+        return "capped"
 
     async def _prompt(self) -> Prompt:
         knowledge: list[dict[str, Any]] = []
@@ -239,263 +532,16 @@ class TurnRun:
             mcp_servers=self.mcp_servers,
         )
 
-    async def _loop(self, prompt: Prompt) -> None:
-        r = self.result
-        messages: list[Message] = r.messages
-        messages.append(UserMessage(prompt.user))
-        for n in range(1, self.e.max_tool_rounds + 1):
-            if not await self._fence_ok(f"before round {n}"):
-                return
-            specs = self.tools.specs()  # re-read: an activate_tool call adds to it (CO-34)
-            completion = await self._round(
-                n, ChatRequest(prompt.system, tuple(messages), specs, context=self.request_context)
-            )
-            if completion is None:
-                return
-            messages.append(AssistantMessage(completion.text, completion.tool_calls))
-            if completion.text:
-                r.final_text = completion.text
-            if completion.stop_reason in _STOP_FAILURES:
-                self._fail(completion.stop_reason, f"the model stopped with {completion.stop_reason}")
-                return
-            if not completion.tool_calls:
-                return
-            for call in completion.tool_calls:
-                tool = self.tools.get(call.name)
-                if tool is not None and tool.fenced and not await self._fence_ok(f"before {call.name}"):
-                    return
-                execution = await self._tool(n, call)
-                messages.append(ToolResultMessage(call.id, call.name, execution.content, execution.is_error))
-                if tool is not None and tool.ends_turn and not execution.is_error:
-                    return
-        self.capped = True
-
-    async def _round(self, n: int, request: ChatRequest) -> Completion | None:
-        e, r = self.e, self.result
-        charge = await self._charge(n, request)
-        if charge is False:
-            return None
-        first = self.chain.members[0].model if self.chain.members else "unknown"
-        with e.tracer.start_as_current_span(
-            telemetry.SPAN_CHAT.format(model=first),
-            attributes={
-                telemetry.GEN_AI_OPERATION_NAME: "chat",
-                telemetry.GEN_AI_REQUEST_MODEL: first,
-                "crewlet.round": n,
-                "crewlet.seat.handle": self.seat.handle,
-            },
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            wall, t0 = time.time(), time.perf_counter()
-            try:
-                completion = await self.chain.complete(request)
-            except (LLMError, LLMUnavailable) as exc:
-                await self._settle(charge, 0)
-                self._provider_failure(span, exc)
-                return None
-            seconds = time.perf_counter() - t0
-            await self._settle(charge, completion.input_tokens + completion.output_tokens)
-            served = self.chain.provider(completion.provider_key)
-            span.update_name(telemetry.SPAN_CHAT.format(model=completion.model))
-            span.set_attributes(chat_attributes(completion, served.model if served else completion.model))
-            if e.capture_content:
-                span.set_attributes(content_attributes(request, completion))
-        record = RoundRecord(
-            round=n,
-            provider_key=completion.provider_key,
-            model=completion.model,
-            started_at=wall,
-            duration_seconds=seconds,
-            input_tokens=completion.input_tokens,
-            output_tokens=completion.output_tokens,
-            cache_read_tokens=completion.cache_read_tokens,
-            cache_write_tokens=completion.cache_write_tokens,
-            stop_reason=completion.stop_reason,
-            text=completion.text,
-            tool_calls=completion.tool_calls,
-        )
-        r.rounds.append(record)
-        phase = r.phase
-        phase.rounds += 1
-        phase.provider_key, phase.model = completion.provider_key, completion.model
-        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
-            value = getattr(completion, name)
-            setattr(r, name, getattr(r, name) + value)
-            setattr(phase, name, getattr(phase, name) + value)
-        if completion.provider_key not in r.provider_keys:
-            r.provider_keys.append(completion.provider_key)
-        if completion.model not in r.models:
-            r.models.append(completion.model)
-        if e.metrics is not None:
-            e.metrics.round(
-                seat=self.seat.handle,
-                provider_key=completion.provider_key,
-                model=completion.model,
-                seconds=seconds,
-                input_tokens=completion.input_tokens,
-                output_tokens=completion.output_tokens,
-                cache_read_tokens=completion.cache_read_tokens,
-                cache_write_tokens=completion.cache_write_tokens,
-            )
-        await self._record("round_finished", r.start, record)
-        return completion
-
-    async def _charge(self, n: int, request: ChatRequest) -> Any:
-        """Charge the round to the budgets before it runs (CO-37, FL-119).
-
-        Reserves the chain's estimate of the round on every capped window of the org and the seat:
-        exact for the offline provider; for HTTP providers the request's size plus the output cap,
-        which errs high for ordinary text (text dense in rare tokens can cost more; the settle then
-        charges the difference unchecked). Returns the charge to settle, None when no
-        budgets are kept, or False when the turn ends here: refused (``budget_exhausted``, the
-        refusal's figures on the record) or the store could not say (``budget_unavailable``, never
-        reported as out of budget).
-        """
-        gate = self.e.budgets
-        if gate is None:
-            return None
-        try:
-            return await gate.charge(str(self.seat.agent_id), self.chain.estimate(request))
-        except BudgetExhausted as exc:
-            self.result.budget = exc.to_dict()
-            self._fail("budget_exhausted", str(exc))
-            _log.warning(
-                "budget_exhausted", turn_id=self.turn_id, seat=self.seat.handle, round=n, **exc.to_dict()
-            )
-        except BudgetUnavailable as exc:
-            self._fail("budget_unavailable", str(exc))
-            _log.warning("budget_unavailable", turn_id=self.turn_id, seat=self.seat.handle, error=str(exc))
-        return False
-
-    async def _settle(self, charge: Any, actual: int) -> None:
-        """Bring a reserved charge to what the round really cost (CO-22); never fails the turn."""
-        if charge is None or self.e.budgets is None:
-            return
-        try:
-            await self.e.budgets.settle(charge, actual)
-        except Exception as exc:  # noqa: BLE001 - the round ran; a failed settle over-states (fail closed)
-            _log.warning("budget_settle_failed", turn_id=self.turn_id, error=f"{type(exc).__name__}: {exc}")
-
-    def _provider_failure(self, span: Span, exc: LLMError | LLMUnavailable) -> None:
-        span.set_status(Status(StatusCode.ERROR, str(exc)))
-        span.set_attribute("error.type", type(exc).__name__)
-        if isinstance(exc, LLMUnavailable):
-            self._fail("llm_unavailable", str(exc))
-            self.result.retry_after = self.chain.free_in()  # every key benched: wait it out (CO-42)
-            last = exc.last_error
-            _log.warning(
-                "llm_unavailable",
-                turn_id=self.turn_id,
-                chain=list(exc.chain),
-                last_error=f"{last.kind}: {last}" if last is not None else None,
-            )
-        else:
-            self._fail("context_exceeded" if isinstance(exc, ContextTooLong) else "llm_fatal", str(exc))
-            _log.warning("llm_fatal", turn_id=self.turn_id, provider_key=exc.provider_key, error=str(exc))
-
-    async def _tool(self, n: int, call: ToolCall) -> ToolExecution:
-        e, r = self.e, self.result
-        tool = self.tools.get(call.name)
-        seq = len(r.tool_calls) + 1
-        wall, t0 = time.time(), time.perf_counter()
-        with e.tracer.start_as_current_span(
-            telemetry.SPAN_EXECUTE_TOOL.format(name=call.name),
-            attributes={
-                telemetry.GEN_AI_OPERATION_NAME: "execute_tool",
-                telemetry.GEN_AI_TOOL_NAME: call.name,
-                telemetry.GEN_AI_TOOL_CALL_ID: call.id,
-                "crewlet.tool.origin": tool.origin if tool else "",
-                "crewlet.tool.delivers": bool(tool and tool.delivers),
-                "crewlet.round": n,
-            },
-        ) as span:
-            try:
-                outcome = await self.tools.execute(call, self.ctx)
-            except Exception as exc:
-                self._keep(n, seq, call, wall, t0, f"{type(exc).__name__}: {exc}")
-                raise
-            content = e.clean(outcome.content)
-            if outcome.is_error:
-                span.set_status(Status(StatusCode.ERROR, outcome.error or ""))
-                span.set_attribute("error.type", outcome.error_code or "tool_error")
-            if e.capture_content:
-                span.set_attribute(telemetry.GEN_AI_TOOL_CALL_ARGUMENTS, call.arguments_json())
-                span.set_attribute(telemetry.GEN_AI_TOOL_CALL_RESULT, content)
-        execution = ToolExecution(
-            round=n,
-            seq=seq,
-            call_id=call.id,
-            name=call.name,
-            origin=tool.origin if tool else "",
-            arguments=call.arguments,
-            raw_arguments=call.raw_arguments,
-            result=outcome.result,
-            content=content,
-            is_error=outcome.is_error,
-            error=outcome.error,
-            error_code=outcome.error_code,
-            delivers_to=tool.delivers_to if tool else None,
-            delivered=outcome.delivered,
-            started_at=wall,
-            duration_seconds=time.perf_counter() - t0,
-        )
-        r.tool_calls.append(execution)
-        if execution.delivered:
-            r.deliveries.append(call.name)
-        if e.metrics is not None:
-            e.metrics.tool_call(seat=self.seat.handle, tool=call.name, ok=not execution.is_error)
-        await self._record("tool_finished", r.start, execution)
-        return execution
-
-    def _keep(self, n: int, seq: int, call: ToolCall, wall: float, t0: float, error: str) -> None:
-        """Record the call a defect broke, so the partial record shows where it died (CO-18)."""
-        tool = self.tools.get(call.name)
-        self.result.tool_calls.append(
-            ToolExecution(
-                round=n,
-                seq=seq,
-                call_id=call.id,
-                name=call.name,
-                origin=tool.origin if tool else "",
-                arguments=call.arguments,
-                raw_arguments=call.raw_arguments,
-                result=None,
-                content=json.dumps({"error": error, "code": "unhandled_exception"}),
-                is_error=True,
-                error=error,
-                error_code="unhandled_exception",
-                delivers_to=tool.delivers_to if tool else None,
-                delivered=False,
-                started_at=wall,
-                duration_seconds=time.perf_counter() - t0,
-            )
-        )
-
     def _conclude(self) -> None:
-        """Settle the outcome (CO-16) and the work item charge (CO-19)."""
-        r, trigger = self.result, self.trigger
-        r.submission = self.ctx.submission
+        """Settle the outcome (CO-16, CO-30..CO-32) and the work item charge (CO-19)."""
+        r = self.result
         if not r.failed:
-            if r.submission is not None:
-                r.outcome = r.submission.outcome
-            elif self.capped:
+            if self.incomplete:
                 r.outcome = "incomplete"
-            elif r.deliveries or (trigger.reply_mode == "engine" and r.final_text.strip()):
+            elif r.submission is not None:
+                r.outcome = r.submission.outcome
+            elif r.deliveries:
                 r.outcome = "delivered"
             else:
                 r.outcome = "no_action"
-        seen: dict[str, dict[str, Any]] = {}
-        for touched in self.ctx.touched:
-            if touched["key"]:
-                seen.setdefault(touched["key"], touched)
-                if touched.get("id"):
-                    seen[touched["key"]]["id"] = touched["id"]
-        r.touched = list(seen)
-        if trigger.work_item_key:
-            key = trigger.work_item_key
-            item_id = (self.item or {}).get("id") or (seen.get(key) or {}).get("id")
-            r.work_item = WorkItemCharge(key, item_id, key.rsplit("-", 1)[0], "trigger")
-        elif len(seen) == 1:
-            key, touched = next(iter(seen.items()))
-            r.work_item = WorkItemCharge(key, touched.get("id"), touched["project"], "sole_write")
+        r.touched, r.work_item = work_item_charge(self.trigger, self.item, self.ctx.touched)

@@ -1,11 +1,14 @@
 """A scripted OpenAI-compatible model for fleet tests: every seat, every turn, from one rule.
 
-A turn is one or two rounds: the first round answers with text (or, for a seat told to, with one
-``create_work_item`` call carrying the trigger's text as the title), the round after a tool result
-answers with text. Each seat's first round can be delayed, so a turn takes a few seconds and a
-test can act while it runs. Requests are kept (seat, round, arrival time) so a test can wait for a
-turn to be under way. The builders and :class:`~tests.support.llm_servers.Reply` come from
-:mod:`tests.support.llm_servers`; only the choice of reply is per request here.
+A turn is one or two rounds: the first round answers with text and ``submit_work`` (or, for a seat
+told to, with one ``create_work_item`` call carrying the trigger's text as the title), the round
+after a tool result answers with text and ``submit_work`` (:func:`finish_reply`: the outcome the
+engine accepts, CO-31). Review requests (CO-30) are answered ``done`` and not recorded. Each
+seat's first round can be delayed, so a turn takes a few seconds and a test can act while it runs.
+Requests are kept (seat, round, arrival time) so a test can wait for a turn to be under way; a
+later executor iteration (a claim the engine sent back) is not a first round. The
+builders and :class:`~tests.support.llm_servers.Reply` come from :mod:`tests.support.llm_servers`;
+only the choice of reply is per request here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.llm_servers import Reply, openai_text, openai_tools
+from tests.support.llm_servers import Reply, finish_reply, is_review, openai_tools
 
 __all__ = ["FleetLLM", "Request"]
 
@@ -110,20 +113,24 @@ class FleetLLM:
         messages = body["messages"]
         match = _HANDLE.search(str(messages[0]["content"]))
         seat = match.group(1) if match else "?"
-        first = messages[-1].get("role") != "tool"
+        if is_review(body):
+            return openai_tools(("submit_review", {"decision": "done", "notes": "ok"})), 0.0
         text = str(messages[-1].get("content") or "")
+        # a turn's first round: not after a tool result, and not a later executor iteration (its
+        # prompt carries the prior-work ledger, CO-30), so one turn is one first round
+        first = messages[-1].get("role") != "tool" and "## Prior work" not in text
         with self._cond:
             self.seen.append(Request(seat, first, text, time.monotonic(), authorization))
             self._cond.notify_all()
         if authorization.removeprefix("Bearer ") in self.rate_limited:
             return Reply({"error": {"message": "rate limited", "type": "rate_limit"}}, status=429), 0.0
         if not first:
-            return openai_text(f"done for {seat}"), 0.0
+            return finish_reply(body, f"done for {seat}"), 0.0
         delay = self.delays.get(seat, 0.0)
         if seat in self.tool_seats:
             title = text.strip().splitlines()[-1][:200] if text.strip() else "fleet work"
             return openai_tools(("create_work_item", {"project": "SUP", "title": title})), delay
-        return openai_text(f"answered by {seat}"), delay
+        return finish_reply(body, f"answered by {seat}"), delay
 
     def requests(self, seat: str | None = None) -> list[Request]:
         """The requests so far (of one seat, or all), in arrival order."""

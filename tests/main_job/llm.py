@@ -6,6 +6,12 @@ order. :class:`RoutedServer` keeps one script per seat, found from the system pr
 ``(handle `<seat>`)`` line, and a script entry may be a callable that builds the reply from the
 request (to echo what the turn was asked). Requests are kept per seat for the test to inspect.
 Delays, raw-bytes bodies and error statuses come from :class:`tests.support.llm_servers.Reply`.
+
+Review requests (CO-30: ``submit_review`` is the only tool offered) are answered apart from the
+seat's script: from its review script (:meth:`RoutedServer.add_review`) or, when that is empty,
+with ``submit_review{decision: done}``. Every request is kept with its ``phase`` (``execute`` or
+``review``); :meth:`RoutedServer.requests` and :meth:`RoutedServer.wait_requests` count only
+``execute`` requests unless asked for another phase (``phase="review"``, or ``None`` for all).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-from tests.support.llm_servers import Reply
+from tests.support.llm_servers import Reply, anthropic_tools, is_review, openai_tools
 
 __all__ = ["AnthropicRouted", "OpenAIRouted", "RoutedServer", "Script", "Seen"]
 
@@ -38,6 +44,7 @@ class Seen:
     headers: dict[str, str]
     body: Any
     at: float
+    phase: str = "execute"
 
 
 class RoutedServer:
@@ -57,6 +64,7 @@ class RoutedServer:
         respond: Callable[[str, Any], Reply] | None = None,
     ) -> None:
         self.scripts: dict[str, list[Script]] = {k: list(v) for k, v in (scripts or {}).items()}
+        self.reviews: dict[str, list[Script]] = {}
         self.respond = respond
         self.seen: list[Seen] = []
         self._cond = threading.Condition()
@@ -85,13 +93,17 @@ class RoutedServer:
                     self._send(Reply({"error": {"message": f"no route {self.path}"}}, status=404))
                     return
                 seat = server.seat_of(body)
+                review = is_review(body)
                 with server._cond:
                     headers = {k.lower(): v for k, v in self.headers.items()}
-                    server.seen.append(Seen(seat, self.path, headers, body, time.monotonic()))
-                    queue = server.scripts.get(seat, [])
+                    phase = "review" if review else "execute"
+                    server.seen.append(Seen(seat, self.path, headers, body, time.monotonic(), phase))
+                    queue = (server.reviews if review else server.scripts).get(seat, [])
                     entry = queue.pop(0) if queue else None
                     server._cond.notify_all()
-                if entry is None and server.respond is not None:
+                if entry is None and review:
+                    reply = server.review_reply("done", "reviewed")
+                elif entry is None and server.respond is not None:
                     reply = server.respond(seat, body)
                 elif entry is None:
                     reply = Reply({"error": {"message": f"script exhausted for seat {seat!r}"}}, status=500)
@@ -144,13 +156,31 @@ class RoutedServer:
         with self._cond:
             self.scripts.setdefault(seat, []).extend(entries)
 
-    def requests(self, seat: str | None = None) -> list[Seen]:
-        """The requests received so far, of one seat or all, in arrival order."""
+    def add_review(self, seat: str, *entries: Script) -> None:
+        """Append entries to ``seat``'s review script (see :meth:`review_reply`)."""
         with self._cond:
-            return [s for s in self.seen if seat is None or s.seat == seat]
+            self.reviews.setdefault(seat, []).extend(entries)
 
-    def wait_requests(self, seat: str, count: int, timeout: float = 20.0) -> list[Seen]:
-        """Wait until ``seat`` has made at least ``count`` requests; return them.
+    def review_reply(self, decision: str, notes: str = "reviewed", **extra: str) -> Reply:
+        """A ``submit_review{decision, notes, **extra}`` answer in this server's wire format."""
+        call = ("submit_review", {"decision": decision, "notes": notes, **extra})
+        return anthropic_tools(call) if "/v1/messages" in self.paths else openai_tools(call)
+
+    def requests(self, seat: str | None = None, *, phase: str | None = "execute") -> list[Seen]:
+        """The requests received so far, of one seat or all, in arrival order; of one phase
+        (``execute`` by default, ``review``), or of all with ``phase=None``."""
+        with self._cond:
+            return [
+                s
+                for s in self.seen
+                if (seat is None or s.seat == seat) and (phase is None or s.phase == phase)
+            ]
+
+    def wait_requests(
+        self, seat: str, count: int, timeout: float = 20.0, *, phase: str | None = "execute"
+    ) -> list[Seen]:
+        """Wait until ``seat`` has made at least ``count`` requests of ``phase`` (see
+        :meth:`requests`); return them.
 
         Raises:
             AssertionError: They did not arrive in time (names what did).
@@ -158,7 +188,7 @@ class RoutedServer:
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                got = [s for s in self.seen if s.seat == seat]
+                got = [s for s in self.seen if s.seat == seat and (phase is None or s.phase == phase)]
                 if len(got) >= count:
                     return got
                 left = deadline - time.monotonic()

@@ -78,12 +78,24 @@ def test_github_issue_opened_golden_path(start_node: Callable[..., Node], tmp_pa
         records = {seat: node.get(f"/turns/{t['turn_id']}").json()["record"] for seat, t in by_seat.items()}
         assert records["triage"]["work_item"]["basis"] == "sole_write"
         assert records["lead"]["work_item"]["basis"] == "trigger"
-        assert [c["name"] for c in records["triage"]["tool_calls"]] == ["create_work_item"]
+        # each turn ends with submit_work and one review (CO-30, CO-32)
+        assert [c["name"] for c in records["triage"]["tool_calls"]] == [
+            "create_work_item",
+            "submit_work",
+            "submit_review",
+        ]
         assert [c["name"] for c in records["lead"]["tool_calls"]] == [
             "update_work_item",
             "write_page",
             "comment_on_work_item",
+            "submit_work",
+            "submit_review",
         ]
+        assert [(p["phase"], p["iteration"]) for p in records["lead"]["phases"]] == [
+            ("execute", 1),
+            ("review", 1),
+        ]
+        assert records["lead"]["decision"] == "done" and records["lead"]["reply_mode"] == "tool"
         for seat, rec in records.items():
             assert rec["input_tokens"] == sum(r["input_tokens"] for r in rec["rounds"]) > 0, seat
             assert rec["output_tokens"] == sum(r["output_tokens"] for r in rec["rounds"]) > 0, seat
@@ -124,16 +136,14 @@ def test_github_issue_opened_golden_path(start_node: Callable[..., Node], tmp_pa
             assert root.attributes["gen_ai.usage.output_tokens"] == row["tokens"]["output"]
             tree = _tree(mine, root)
             names = [s.name for s in tree]
-            assert names.count("agent.turn.execute") == 1
+            assert names.count("agent.turn.execute") == 1 and names.count("agent.turn.review") == 1
             assert names.count("chat crewlet-offline-1") == len(rec["rounds"])
             tools = sorted(n for n in names if n.startswith("execute_tool "))
             assert tools == sorted(f"execute_tool {c['name']}" for c in rec["tool_calls"])
-            execute = next(s for s in tree if s.name == "agent.turn.execute")
-            assert execute.parent_span_id == root.span_id
+            phases = {s.span_id: s for s in tree if s.name in ("agent.turn.execute", "agent.turn.review")}
+            assert all(p.parent_span_id == root.span_id for p in phases.values())
             assert all(
-                s.parent_span_id == execute.span_id
-                for s in tree
-                if s.name not in ("agent.turn", execute.name)
+                s.parent_span_id in phases for s in tree if s.name != "agent.turn" and s.span_id not in phases
             )
         triage_root = next(s for s in roots if s.attributes["crewlet.seat.handle"] == "triage")
         lead_root = next(s for s in roots if s.attributes["crewlet.seat.handle"] == "lead")

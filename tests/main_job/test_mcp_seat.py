@@ -136,6 +136,7 @@ def test_a_seat_lists_activates_and_calls_an_mcp_tool_and_its_child_dies_with_th
             ("activate_tool", "builtin", False),
             ("get_current_time", "mcp:time", False),
             ("submit_work", "builtin", False),
+            ("submit_review", "builtin", False),  # the reviewer's (CO-30)
         ], calls
         listed = json.loads(record["tool_calls"][0]["content"])
         assert "get_current_time" in json.dumps(listed)

@@ -95,9 +95,10 @@ def test_golden_path_over_a_real_provider_wire(
         assert {s: t["outcome"] for s, t in by_seat.items()} == {"triage": "delivered", "lead": "delivered"}
         for seat, row in by_seat.items():
             assert row["trace_id"] == trace_id, seat
-            assert row["provider_key"] == "default" and row["rounds"] == 2, seat
+            # two executor rounds and the review's (CO-30), each 100/10 tokens
+            assert row["provider_key"] == "default" and row["rounds"] == 3, seat
             assert row["model"] in ("scripted-model", "scripted-claude"), seat
-            assert row["tokens"]["input"] == 200 and row["tokens"]["output"] == 20, seat  # 2 rounds × 100/10
+            assert row["tokens"]["input"] == 300 and row["tokens"]["output"] == 30, seat
             assert row["work_item"] == "SUP-1", seat
 
         item = node.get("/work/SUP-1").json()

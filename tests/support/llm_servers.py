@@ -9,6 +9,12 @@ scripted delay short), so use the servers as context managers or stop them in a 
 
 Builders give the documented response shapes: :func:`openai_text`, :func:`openai_tools`,
 :func:`anthropic_text`, :func:`anthropic_tools`.
+
+Review requests (CO-30: the only tool offered is ``submit_review``) are answered apart from the
+script: from :attr:`ScriptedServer.reviews` (queue :class:`Reply` objects there, e.g.
+:func:`review_reply`) or, when that is empty, with ``submit_review{decision: done}``. They are kept
+in :attr:`ScriptedServer.review_seen`, not in :attr:`ScriptedServer.seen`, so a test that counts
+executor calls is not thrown by the reviewer; :attr:`ScriptedServer.all_seen` has both in order.
 """
 
 from __future__ import annotations
@@ -27,9 +33,20 @@ __all__ = [
     "ScriptedServer",
     "anthropic_text",
     "anthropic_tools",
+    "finish_reply",
+    "is_review",
     "openai_text",
     "openai_tools",
+    "review_reply",
 ]
+
+
+def is_review(body: Any) -> bool:
+    """True for a review request (CO-30): ``submit_review`` is the only tool offered (either wire)."""
+    if not isinstance(body, dict):
+        return False
+    names = [t.get("function", t).get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
+    return names == ["submit_review"]
 
 
 @dataclass
@@ -72,6 +89,9 @@ class ScriptedServer:
     def __init__(self, script: list[Reply] | None = None) -> None:
         self.script: list[Reply] = list(script or [])
         self.seen: list[Seen] = []
+        self.reviews: list[Reply] = []
+        self.review_seen: list[Seen] = []
+        self.all_seen: list[Seen] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         server = self
@@ -93,9 +113,16 @@ class ScriptedServer:
                 if not any(self.path.rstrip("/").endswith(p) for p in server.paths):
                     self._send(Reply({"error": {"message": f"no route {self.path}"}}, status=404))
                     return
+                seen = Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                reply: Reply | None
                 with server._lock:
-                    server.seen.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
-                    reply = server.script.pop(0) if server.script else None
+                    server.all_seen.append(seen)
+                    if is_review(body):
+                        server.review_seen.append(seen)
+                        reply = server.reviews.pop(0) if server.reviews else server.review("done")
+                    else:
+                        server.seen.append(seen)
+                        reply = server.script.pop(0) if server.script else None
                 if reply is None:
                     reply = Reply({"error": {"message": "script exhausted"}}, status=500)
                 if reply.delay and server._stopping.wait(reply.delay):
@@ -121,6 +148,10 @@ class ScriptedServer:
             target=self._httpd.serve_forever, args=(0.02,), name=type(self).__name__, daemon=True
         )
         self._thread.start()
+
+    def review(self, decision: str, notes: str = "reviewed") -> Reply:
+        """A ``submit_review`` answer in this server's wire format."""
+        return review_reply(type(self), decision, notes)
 
     @property
     def port(self) -> int:
@@ -174,6 +205,53 @@ class AnthropicServer(ScriptedServer):
 
 
 _ids = itertools.count(1)
+
+
+def _refusals(body: Any) -> list[str]:
+    """The CO-31 refusal codes of ``submit_work`` results in a request's history (either wire)."""
+    codes: list[str] = []
+    for m in body.get("messages") or []:
+        blocks = m.get("content") if isinstance(m.get("content"), list) else [m]
+        for b in blocks:
+            if not isinstance(b, dict) or (b.get("role") != "tool" and b.get("type") != "tool_result"):
+                continue
+            try:
+                content = json.loads(b.get("content") or "")
+            except (TypeError, ValueError):
+                continue
+            if isinstance(content, dict) and content.get("code") in ("reply_owed", "not_delivered"):
+                codes.append(str(content["code"]))
+    return codes
+
+
+def finish_reply(body: Any, text: str, *, anthropic: bool = False) -> Reply:
+    """A stand-in model's last answer: ``text`` together with the ``submit_work`` the engine will
+    accept (CO-31), read from the request ``body``: ``delivered`` first; ``delivered`` again after a
+    ``reply_owed`` refusal, ``blocked`` (with the refusal as evidence) after any other refusal;
+    ``no_action`` in a later iteration sent back with a correction (the ledger is in its prompt).
+
+    For fake models that used to end a turn with text alone (before CO-32's correctives)."""
+    codes = _refusals(body)
+    user = json.dumps(body.get("messages") or [])
+    args: dict[str, Any] = {"outcome": "delivered", "summary": text}
+    if "Correction: " in user and "## Prior work" in user:
+        args["outcome"] = "no_action"
+    if codes and codes[-1] == "reply_owed" and "not_delivered" not in codes:
+        args["outcome"] = "delivered"
+    elif codes:
+        args = {**args, "outcome": "blocked", "evidence": f"the engine refused: {codes[-1]}"}
+    call = ("submit_work", args)
+    return anthropic_tools(call, text=text) if anthropic else openai_tools(call, text=text)
+
+
+def review_reply(
+    server: type[ScriptedServer] | str, decision: str, notes: str = "reviewed", **extra: str
+) -> Reply:
+    """A ``submit_review{decision, notes, **extra}`` answer (CO-30) for a wire: a server class, or
+    ``"anthropic"`` / anything else for Chat Completions."""
+    args = {"decision": decision, "notes": notes, **extra}
+    anthropic = server == "anthropic" or (isinstance(server, type) and issubclass(server, AnthropicServer))
+    return anthropic_tools(("submit_review", args)) if anthropic else openai_tools(("submit_review", args))
 
 
 def openai_text(

@@ -78,7 +78,7 @@ async def test_turn_metrics_and_the_metrics_app() -> None:
     text = metrics.render().decode()
     assert 'crewlet_turns_total{outcome="delivered",seat="triage"} 1.0' in text
     assert (
-        'crewlet_llm_rounds_total{model="crewlet-offline-1",provider_key="default",seat="triage"} 2.0' in text
+        'crewlet_llm_rounds_total{model="crewlet-offline-1",provider_key="default",seat="triage"} 3.0' in text
     )
     assert 'crewlet_tool_calls_total{seat="triage",status="ok",tool="create_work_item"} 1.0' in text
     assert "crewlet_turns_in_flight 0.0" in text

@@ -6,7 +6,7 @@ import pytest
 from opentelemetry import trace
 
 from shared import telemetry, turns
-from tests.support.llm_servers import OpenAIServer, openai_text, openai_tools
+from tests.support.llm_servers import OpenAIServer, openai_tools
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.turns.helpers import api_trigger, engine, example_org, make_org, with_providers
 from tests.turns.workspace import Estate
@@ -16,14 +16,22 @@ WEBHOOK_SPAN = "00f067aa0ba902b7"
 
 
 async def _scripted_turn(tracer: trace.Tracer, *, capture: bool = False) -> turns.TurnResult:
-    """Two rounds, three tool calls (one of them an error), under a webhook's trace context."""
+    """Two executor rounds, four tool calls (one of them an error, the last ``submit_work``), then
+    the review's round and ``submit_review`` (CO-30), under a webhook's trace context."""
     calls = (
         ("create_work_item", {"project": "SUP", "title": "Crash", "assignee": "lead"}),
         ("get_work_item", {"key": "SUP-1"}),
         ("get_work_item", {"key": "SUP-404"}),
     )
     with OpenAIServer(
-        [openai_tools(*calls, prompt_tokens=120), openai_text("Filed SUP-1.", prompt_tokens=300)]
+        [
+            openai_tools(*calls, prompt_tokens=120),
+            openai_tools(
+                ("submit_work", {"outcome": "delivered", "summary": "Filed SUP-1."}),
+                text="Filed SUP-1.",
+                prompt_tokens=300,
+            ),
+        ]
     ) as server:
         entry = {"type": "openai-compatible", "model": "qwen-test", "base_url": server.base_url}
         eng = engine(
@@ -57,19 +65,23 @@ async def test_span_tree_parents_and_genai_attributes(receiver: OtlpReceiver) ->
         assert tel.force_flush()
     finally:
         tel.shutdown()
-    spans = receiver.wait_for("agent.turn", "agent.turn.execute")
-    # CO-21's check: 1 turn + 1 phase + 2 chat + 3 tool spans, and nothing else.
+    spans = receiver.wait_for("agent.turn", "agent.turn.execute", "agent.turn.review")
+    # CO-21's check: 1 turn + 1 execute (2 chat, 4 tools) + 1 review (1 chat, 1 tool), nothing else.
     assert sorted(s.name for s in spans) == sorted(
         ["agent.turn", "agent.turn.execute", "chat scripted-model", "chat scripted-model"]
         + ["execute_tool create_work_item", "execute_tool get_work_item", "execute_tool get_work_item"]
+        + ["execute_tool submit_work"]
+        + ["agent.turn.review", "chat scripted-model", "execute_tool submit_review"]
     )
     turn, phase = _one(spans, "agent.turn"), _one(spans, "agent.turn.execute")
+    review = _one(spans, "agent.turn.review")
     assert {s.trace_id for s in spans} == {WEBHOOK_TRACE}
     assert turn.parent_span_id == WEBHOOK_SPAN  # a child of the trigger's context
-    assert phase.parent_span_id == turn.span_id
+    assert phase.parent_span_id == turn.span_id and review.parent_span_id == turn.span_id
     for s in spans:
         if s.name.startswith(("chat ", "execute_tool ")):
-            assert s.parent_span_id == phase.span_id
+            expected = review if s.attributes.get("crewlet.phase") == "review" else phase
+            assert s.parent_span_id == expected.span_id
 
     assert turn.resource["service.name"] == "crewlet"
     assert turn.resource["service.instance.id"] == "node-a"
@@ -84,12 +96,13 @@ async def test_span_tree_parents_and_genai_attributes(receiver: OtlpReceiver) ->
     assert (
         (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"])
         == (result.input_tokens, result.output_tokens)
-        == (420, 20)
+        == (520, 30)  # the review's round: 100 in, 10 out
     )
     assert result.start.trace_id == WEBHOOK_TRACE
 
     chats = sorted(
-        (s for s in spans if s.name.startswith("chat ")), key=lambda s: s.attributes["crewlet.round"]
+        (s for s in spans if s.name.startswith("chat ") and s.attributes["crewlet.phase"] == "execute"),
+        key=lambda s: s.attributes["crewlet.round"],
     )
     assert [c.attributes["gen_ai.usage.input_tokens"] for c in chats] == [120, 300]
     for c in chats:

@@ -54,12 +54,25 @@ ROUNDS = (
 )
 
 
+REVIEW = Completion(
+    "",
+    (ToolCall("r1", "submit_review", {"decision": "done", "notes": "fine"}),),
+    "tool_use",
+    "zero",
+    1200,
+    10,
+    provider_key="zero",
+)
+
+
 class ZeroLatency(providers.LlmProvider):
     """Answers instantly: round n gets ``ROUNDS[n]`` (counted from the conversation)."""
 
     type: ClassVar[str] = "zero"
 
     async def complete(self, request: ChatRequest) -> Completion:
+        if [t.name for t in request.tools] == ["submit_review"]:  # the review phase (CO-30)
+            return REVIEW
         return ROUNDS[(len(request.messages) - 1) // 2]
 
 

@@ -6,6 +6,7 @@ from shared import turns
 
 EXPECTED = [
     "BudgetGate",
+    "Decision",
     "ErrorKind",
     "FIRST_LINE_MAX_CHARS",
     "Fence",
@@ -14,10 +15,12 @@ EXPECTED = [
     "PREFETCH_CHARS",
     "PREFETCH_HITS",
     "PREFETCH_QUERY_CHARS",
+    "Phase",
     "PhaseRecord",
     "Prompt",
     "REDELIVER_ERROR_KINDS",
     "ReplyMode",
+    "Review",
     "RoundRecord",
     "SeatNotRunnable",
     "Section",
@@ -35,6 +38,8 @@ EXPECTED = [
     "merge_triggers",
     "partition",
     "prefetch_knowledge",
+    "reply_obligation",
+    "review_chain_keys",
     "work_key",
 ]
 

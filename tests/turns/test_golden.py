@@ -42,7 +42,13 @@ async def test_triage_files_sup_1_for_lead_and_lead_picks_it_up() -> None:
     assert "two 't's" in item["body"]
     assert triage.final_text == "[offline] Filed SUP-1 for the engineering lead."
     assert triage.work_item == turns.WorkItemCharge("SUP-1", item["id"], "SUP", "sole_write")
-    assert [r.provider_key for r in triage.rounds] == ["default", "default"]
+    # a step, the final text with submit_work, then the review (CO-30)
+    assert [(r.phase, r.provider_key) for r in triage.rounds] == [
+        ("execute", "default"),
+        ("execute", "default"),
+        ("review", "default"),
+    ]
+    assert (triage.decision, triage.iterations, triage.reply_mode) == ("done", 1, "none")
     assert {r.model for r in triage.rounds} == {"crewlet-offline-1"}
 
     assert lead.outcome == "delivered", lead.error
@@ -54,9 +60,15 @@ async def test_triage_files_sup_1_for_lead_and_lead_picks_it_up() -> None:
     assert comment["author"] == "seat:lead"
     assert comment["body"] == "[offline] Accepted; plan in ENG page Notes SUP-1."
     assert lead.final_text == "[offline] Accepted SUP-1."
-    assert [c.name for c in lead.tool_calls] == ["update_work_item", "write_page", "comment_on_work_item"]
+    assert [c.name for c in lead.tool_calls] == [
+        "update_work_item",
+        "write_page",
+        "comment_on_work_item",
+        "submit_work",
+        "submit_review",
+    ]
     assert lead.work_item is not None and lead.work_item.basis == "trigger" and lead.work_item.key == "SUP-1"
-    assert len(lead.rounds) == 4
+    assert len(lead.rounds) == 5 and lead.reply_mode == "tool" and lead.decision == "done"
     # CO-22: the rounds sum to the turn totals.
     for result in (triage, lead):
         assert result.input_tokens == sum(r.input_tokens for r in result.rounds) > 0
@@ -67,8 +79,9 @@ def _stable(result: turns.TurnResult) -> Any:
     data = result.to_dict()
     for key in ("turn_id", "work_key", "started_at", "ended_at", "duration_seconds", "trace_id", "trigger"):
         data.pop(key)
-    data["phase"].pop("started_at")
-    data["phase"].pop("duration_seconds")
+    for phase in data["phases"]:
+        phase.pop("started_at")
+        phase.pop("duration_seconds")
     for row in data["rounds"] + data["tool_calls"]:
         row.pop("started_at")
         row.pop("duration_seconds")

@@ -67,10 +67,18 @@ async def test_two_tool_rounds_then_submit_work(wire: str) -> None:
         "comment_on_work_item",
         "get_work_item",
         "submit_work",
+        "submit_review",  # the reviewer's (CO-30), answered by the server's default `done`
     ]
     assert not any(c.is_error for c in result.tool_calls)
     assert result.deliveries == ["create_work_item", "comment_on_work_item"]
-    assert len(result.rounds) == 3 and result.input_tokens == 300 and result.output_tokens == 30
+    assert [(r.phase, r.round) for r in result.rounds] == [
+        ("execute", 1),
+        ("execute", 2),
+        ("execute", 3),
+        ("review", 1),
+    ]
+    assert result.input_tokens == 400 and result.output_tokens == 40
+    assert (result.decision, result.iterations) == ("done", 1)
     assert (
         estate.items["SUP-1"]["assignee"] == "lead" and estate.comments["SUP-1"][0]["author"] == "seat:triage"
     )
@@ -94,6 +102,7 @@ async def test_two_tool_rounds_then_submit_work(wire: str) -> None:
         *["round", "tool_execution", "tool_execution"],
         *["round", "tool_execution"],
         "agent_phase_completed",
+        *["agent_phase_started", "round", "tool_execution", "agent_phase_completed"],  # review
         "agent_turn_completed",
     ]
 
@@ -121,21 +130,29 @@ async def test_unknown_tool_and_bad_arguments_become_results_the_model_reads() -
         "code": "invalid_arguments",
         "field": "title",
     }
-    assert [c.error_code for c in result.tool_calls] == ["unknown_tool", "invalid_arguments", None]
+    assert [c.error_code for c in result.tool_calls] == ["unknown_tool", "invalid_arguments", None, None]
+    assert [c.name for c in result.tool_calls][-1] == "submit_review"
     assert estate.items == {}
 
 
 async def test_unparsable_arguments_are_an_error_result() -> None:
-    with OpenAIServer([openai_tools(("create_work_item", "{oops")), openai_text("gave up")]) as server:
+    blocked = {"outcome": "blocked", "summary": "gave up", "evidence": "the tracker call did not parse"}
+    script = [
+        openai_tools(("create_work_item", "{oops")),
+        openai_text("gave up"),  # prose: a corrective follows (CO-32)
+        openai_tools(("submit_work", blocked)),
+    ]
+    with OpenAIServer(script) as server:
         entry = {"type": "openai-compatible", "model": "m", "base_url": server.base_url}
         eng = engine(make_org(with_providers({"main": entry}, "main")))
         try:
             result = await eng.run("triage", api_trigger(), workspace=Estate().workspace("triage"))
         finally:
             await eng.providers.aclose()
-    [call] = result.tool_calls
+    call = result.tool_calls[0]
     assert call.is_error and call.error_code == "invalid_arguments" and call.raw_arguments == "{oops"
-    assert result.outcome == "no_action" and result.final_text == "gave up"
+    assert result.outcome == "blocked" and result.final_text == "gave up"
+    assert result.phase.correctives == 1
 
 
 async def test_the_round_cap_ends_incomplete() -> None:
@@ -238,18 +255,20 @@ async def test_max_tokens_fails_the_phase_without_running_its_tools() -> None:
     assert result.tool_calls == [] and estate.items == {} and not result.redeliver
 
 
-@pytest.mark.parametrize(("reply_mode", "outcome"), [("engine", "delivered"), ("none", "no_action")])
-async def test_a_text_answer_finishes_the_turn(reply_mode: turns.ReplyMode, outcome: str) -> None:
-    with OpenAIServer([openai_text("Here is your answer.")]) as server:
+async def test_a_text_answer_is_the_engine_reply() -> None:
+    # CO-8/CO-16: on an engine-owed API message the executor's text is the reply handed back.
+    submit = {"outcome": "delivered", "summary": "answered"}
+    script = [openai_tools(("submit_work", submit), text="Here is your answer.")]
+    with OpenAIServer(script) as server:
         entry = {"type": "openai-compatible", "model": "m", "base_url": server.base_url}
         eng = engine(make_org(with_providers({"main": entry}, "main")))
         try:
-            result = await eng.run(
-                "triage", api_trigger(reply_mode=reply_mode), workspace=Estate().workspace("triage")
-            )
+            result = await eng.run("triage", api_trigger(), workspace=Estate().workspace("triage"))
         finally:
             await eng.providers.aclose()
-    assert result.outcome == outcome and result.final_text == "Here is your answer."
+    assert result.reply_mode == "engine"
+    assert result.outcome == "delivered" and result.final_text == "Here is your answer."
+    assert result.reply == "Here is your answer."
 
 
 async def test_tool_results_are_cleaned_and_redacted() -> None:
@@ -265,7 +284,8 @@ async def test_tool_results_are_cleaned_and_redacted() -> None:
         workspace=Estate().workspace("triage"),
         chain=offline_chain({"tool": "leak", "args": {}}),
     )
-    [call] = result.tool_calls
+    call = result.tool_calls[0]
+    assert call.name == "leak"
     assert "s3cr3t-value" not in call.content and "[redacted]" in call.content
     assert "\x00" not in call.content and "\x1b" not in call.content
     assert result.messages[2].content == call.content  # type: ignore[union-attr]

@@ -43,6 +43,7 @@ def test_builtin_catalogue_snapshot() -> None:
         "read_file": (["path", "project"], False, None, "yes"),
         "write_file": (["content", "path", "project"], True, "file", "no"),
         "lookup_colleague": (["query"], False, None, "yes"),
+        "a2a_ask": (["brief", "handle"], True, None, "no"),
         "submit_work": (["outcome", "summary"], False, None, "yes"),
     }
     assert tools.BUILTIN_TOOL_NAMES == tuple(snapshot)
