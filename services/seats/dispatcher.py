@@ -37,6 +37,18 @@ Steps 7 and 8 are logged ``seat_turn_admitted`` and ``seat_turn_committed`` (sea
 turn id, the first delivery's ``stream_seq`` and every ``stream_seqs``, event ids), and a ledger
 skip carries the same ids, so a fleet's history can be checked after a run.
 
+Message truth (CO-8, issue 14): an API message reads ``running`` from admission, ``queued`` again
+(with the attempt's ``error``, ``error_kind``, ``outcome``) when its turn asked for a redelivery,
+``dead_lettered`` once its last allowed delivery went to the dead-letter subject (the mailbox's
+``on_dead_letter`` hook), and after the turn commits :func:`message_status`: ``answered`` with the
+reply (clearing an earlier attempt's error), or ``failed`` with the outcome and its class — never
+``answered`` for a turn that ended ``incomplete`` or left an engine-owed message without a reply.
+An engine-owed message naming a ``work_item`` also gets its reply as a comment there, once.
+
+Holding off (issue 14): a turn that asks for a redelivery holds its seat for the NAK delay
+(:meth:`Dispatcher.held`): the servers' ``Retry-After`` when they said, else a jittered
+exponential step; the seat fetches nothing and runs none of the batch's later groups until then.
+
 A voluntary release (drain, placement) lets the running turn finish before the mailbox detaches,
 and the batch's later groups are deferred (the stopping seat refuses them), so the successor gets
 exactly what this node never acked (FL-65); a lost lease detaches at once: the running turn is
@@ -49,11 +61,14 @@ import asyncio
 import contextlib
 import functools
 import json
+import random
+import time
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from shared import logs, telemetry, tools
+from shared import estate, logs, telemetry, tools
 from shared.budgets import Budgets, BudgetUnavailable
 from shared.bus import (
     Bus,
@@ -69,18 +84,31 @@ from shared.coordination import CoordinationUnavailable, RevisionConflict
 from shared.leases import FENCED_REASONS, Ledger, SeatHost
 from shared.mcp import McpPool, resolve_seat_servers
 from shared.records import TurnStore
-from shared.router import open_router
+from shared.router import RouterError, SeatCalls, open_router
 from shared.runtime import NodeContext
-from shared.turns import Trigger, TurnEngine, merge_triggers, partition
+from shared.turns import Trigger, TurnEngine, TurnResult, merge_triggers, partition
 
+from . import asks
 from .workspace import RouterWorkspace
 
-__all__ = ["Dispatcher", "TurnRedelivery"]
+__all__ = [
+    "REDELIVERY_JITTER",
+    "Dispatcher",
+    "TurnRedelivery",
+    "message_status",
+    "owes_reply",
+    "redelivery_delay",
+    "reply_of",
+]
 
 _log = logs.get("seat.dispatcher")
 _UNPARK_INTERVAL = 5.0
 """Seconds between checks of a parked seat's budget (CO-37, ours): a window that turned, a raised
 ceiling or a reset on any node releases it within this long (an apply checks at once)."""
+REDELIVERY_JITTER = 0.25
+"""A redelivery's own backoff step is stretched by a random 0..25 % (ours, issue 14): seats that
+failed together on one provider do not come back in lockstep, and never sooner than the CO-7
+step (1 s doubling to 30 s)."""
 
 
 class TurnRedelivery(RetryLater):
@@ -125,6 +153,10 @@ class Dispatcher:
         self.loops: dict[str, asyncio.Task[None]] = {}
         self._stopping: set[str] = set()
         self._busy: set[str] = set()  # seats whose handler is running a delivery now
+        # issue 14: a seat whose turn asked for a redelivery fetches and runs nothing until then
+        self._holds: dict[str, float] = {}  # seat -> monotonic instant its hold ends
+        self._streaks: dict[str, int] = {}  # seat -> redeliveries asked in a row (backoff attempt)
+        self._released: dict[str, asyncio.Event] = {}  # seat -> set on release: a hold ends at once
         assert ctx.coord is not None
         self.ledger = Ledger(ctx.coord)
 
@@ -142,7 +174,10 @@ class Dispatcher:
         seat = org.seat(handle) if org is not None else None
         if self.mcp is not None and seat is not None and org is not None:
             await self.mcp.acquire(handle, resolve_seat_servers(org, seat))
-        box = await self.bus.attach(handle, epoch)
+        self._released[handle] = asyncio.Event()
+        box = await self.bus.attach(
+            handle, epoch, on_dead_letter=functools.partial(self._dead_lettered, handle)
+        )
         self.boxes[handle] = box
         self._stopping.discard(handle)
         self.ctx.seats_held[handle] = epoch
@@ -152,6 +187,9 @@ class Dispatcher:
         """Stop fetching; on a voluntary release let the running turn finish; then detach (FL-65, FL-66)."""
         self._stopping.add(handle)
         self.ctx.seats_held.pop(handle, None)
+        released = self._released.get(handle)
+        if released is not None:
+            released.set()  # a held seat stops waiting: its batch is deferred to the successor
         task = self.loops.pop(handle, None)
         box = self.boxes.pop(handle, None)
         if task is not None:
@@ -244,6 +282,9 @@ class Dispatcher:
 
     async def _loop(self, handle: str, box: Mailbox) -> None:
         while handle not in self._stopping and not box.detached:
+            if self.held(handle):  # a turn asked for a redelivery: fetch nothing before it is due
+                await self._wait_hold(handle)
+                continue
             max_batch, window = self._coalescing()
             try:
                 outcomes = await box.process_batch(
@@ -268,10 +309,88 @@ class Dispatcher:
             if box.paused:
                 await asyncio.sleep(0.2)
 
+    # -- holding off after a redelivery (issue 14) ---------------------------------------------
+
+    def held(self, handle: str) -> float:
+        """Seconds left of the seat's hold (0.0 when it is not held).
+
+        A turn that asked for its delivery to be redelivered (no provider answered, every key
+        benched, ...) holds its seat for as long as that delivery's NAK delay: the seat fetches
+        no new batch meanwhile, and the later groups of the batch in hand wait too (kept alive,
+        FL-83), so six queued messages during a provider storm make one call per backoff step,
+        not six. A committed turn ends the hold.
+        """
+        until = self._holds.get(handle)
+        if until is None:
+            return 0.0
+        left = until - time.monotonic()
+        if left <= 0:
+            self._holds.pop(handle, None)
+            return 0.0
+        return left
+
+    async def _wait_hold(self, handle: str) -> None:
+        """Sleep out the seat's hold; return early when the seat is released."""
+        left = self.held(handle)
+        if not left:
+            return
+        released = self._released.get(handle)
+        if released is None:
+            await asyncio.sleep(left)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(released.wait(), left)
+
+    def _hold_for(self, handle: str, group: list[Delivery], box: Mailbox, result: TurnResult) -> float:
+        """Start the seat's hold after a turn that asked for a redelivery; return its length.
+
+        The length (issue 14, CO-7): what the servers asked (``result.retry_after``: the largest
+        ``Retry-After`` of the failed calls, or how long every key stays benched, CO-42) when they
+        said; else the bus's backoff step (1 s doubling to 30 s) for the larger of the delivery's
+        count and the seat's redeliveries in a row, stretched by :data:`REDELIVERY_JITTER`. Never
+        less than the NAK delay the mailbox itself applies (its step for the delivery count).
+        """
+        streak = self._streaks.get(handle, 0) + 1
+        self._streaks[handle] = streak
+        delivered = max(d.num_delivered for d in group)
+        delay = redelivery_delay(box.backoff(max(delivered, streak)), result.retry_after)
+        delay = max(delay, box.backoff(delivered))
+        self._holds[handle] = time.monotonic() + delay
+        _log.info(
+            "seat_turn_held",
+            seat=handle,
+            turn_id=result.turn_id,
+            seconds=round(delay, 3),
+            asked=result.retry_after,
+            attempt=max(delivered, streak),
+            error_kind=result.error_kind,
+        )
+        return delay
+
+    async def _dead_lettered(self, handle: str, d: Delivery, reason: str) -> None:
+        """A delivery went to the dead-letter subject (FL-82): its API message reads
+        ``dead_lettered``, keeping the last attempt's error (CO-8)."""
+        trigger = _trigger_of(d)
+        if trigger is None:
+            return
+        await self._set_message(
+            trigger.payload,
+            {"status": "dead_lettered", "dead_lettered_at": _now_iso(), "num_delivered": d.num_delivered},
+            if_unset={"error": reason},
+        )
+
     # -- one delivery --------------------------------------------------------------------------
 
-    async def _set_message(self, payload: Mapping[str, Any], **fields: Any) -> None:
-        message_id = payload.get("message_id") if isinstance(payload, dict) else None
+    async def _set_message(
+        self,
+        payload: Mapping[str, Any],
+        fields: Mapping[str, Any],
+        *,
+        if_unset: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Write ``fields`` (and ``if_unset`` where the record has no value) into the status of the
+        API message ``payload`` names (CO-8); a payload without ``message_id`` is not one."""
+        message_id = payload.get("message_id") if isinstance(payload, Mapping) else None
         if not message_id or self.ctx.coord is None:
             return
         # compare-and-set at the revision read: a status write delayed past a partition cannot land
@@ -281,6 +400,9 @@ class Dispatcher:
                 entry = await self.ctx.coord.get("messages", str(message_id))
                 record = json.loads(entry.value) if entry is not None else {"message_id": message_id}
                 record.update(fields)
+                for key, value in (if_unset or {}).items():
+                    if record.get(key) is None:
+                        record[key] = value
                 await self.ctx.coord.update(
                     "messages",
                     str(message_id),
@@ -298,7 +420,7 @@ class Dispatcher:
     async def _set_messages(self, trigger: Trigger, **fields: Any) -> None:
         """Write ``fields`` into the status of every API message the trigger stands for (CO-8, CO-38)."""
         await asyncio.gather(
-            *(self._set_message(part.payload, **fields) for part in trigger.parts or (trigger,))
+            *(self._set_message(part.payload, fields) for part in trigger.parts or (trigger,))
         )
 
     async def _handle_busy(self, handle: str, box: Mailbox, group: list[Delivery]) -> None:
@@ -380,6 +502,8 @@ class Dispatcher:
                 error=f"delegation_depth {capped.delegation_depth} >= limit {limit}",
             )
         todo = [t for t in todo if t.delegation_depth < limit]
+        # FL-124: an a2a_request whose channel is closed or gone is skipped (store down: admitted)
+        todo = [t for t in todo if await asks.admit(ctx, handle, t)]
         if not todo:
             return
         trigger = merge_triggers(todo)
@@ -398,6 +522,13 @@ class Dispatcher:
         workspace = self._workspace(
             handle, box.epoch, turn_id, basis=basis if isinstance(basis, str) and basis else None
         )
+        if self.held(handle):
+            # an earlier group of this batch asked for a redelivery (issue 14): this one waits its
+            # turn instead of calling the provider at once; every delivery held is kept alive
+            async with box.keepalive(*box.outstanding()):
+                await self._wait_hold(handle)
+            if handle in self._stopping:
+                raise Deferred()
         host = self.host
         epoch = host.may_start(handle) if host is not None else box.epoch
         if epoch is None or epoch != box.epoch:
@@ -428,9 +559,10 @@ class Dispatcher:
                 async with box.keepalive(*box.outstanding()):
                     if self.mcp is not None:  # a server that died mid-session comes back for this turn
                         await self.mcp.revive(handle)
-                    result = await engine.run(
-                        handle, trigger, workspace=workspace, fence=fence, turn_id=turn_id
-                    )
+                    with asks.bound(ctx, self.bus, trigger):  # what a2a_ask needs (CO-36)
+                        result = await engine.run(
+                            handle, trigger, workspace=workspace, fence=fence, turn_id=turn_id
+                        )
             finally:
                 ctx.in_flight -= 1
         if host is not None and not host.holds(handle, epoch):
@@ -456,10 +588,23 @@ class Dispatcher:
             await self._set_messages(trigger, status="parked", error=result.error)
             raise Deferred()
         if result.redeliver:
-            await self._set_messages(trigger, status="queued", error=result.error)
-            raise TurnRedelivery(
-                f"turn {turn_id} {result.outcome}: {result.error_kind or ''}", delay=result.retry_after
+            delay = self._hold_for(handle, group, box, result)
+            await self._set_messages(
+                trigger,
+                status="queued",
+                error=result.error,
+                error_kind=result.error_kind,
+                outcome=result.outcome,
+                turn_id=turn_id,
+                retry_in_seconds=round(delay, 3),
             )
+            raise TurnRedelivery(f"turn {turn_id} {result.outcome}: {result.error_kind or ''}", delay=delay)
+        self._streaks.pop(handle, None)
+        self._holds.pop(handle, None)
+        reply = reply_of(result)
+        # the reply comment lands before the ledger rows: a crash in between reruns the turn, and
+        # the comment's derived op id collapses the repeat (once per message, CO-8)
+        await self._comment_replies(handle, epoch, trigger, result, reply)
         for event_id in ids:
             await self.ledger.record(handle, event_id, {"turn_id": turn_id, "outcome": result.outcome})
         _log.info(
@@ -472,13 +617,54 @@ class Dispatcher:
             event_ids=ids,
             outcome=result.outcome,
         )
-        reply = result.final_text or (result.submission.summary if result.submission is not None else "")
-        if result.failed:
-            await self._set_messages(
-                trigger, status="failed", error=result.error or result.error_kind, turn_id=turn_id
+        await asyncio.gather(
+            *(
+                self._set_message(part.payload, message_status(part, result, reply))
+                for part in trigger.parts or (trigger,)
             )
-        else:
-            await self._set_messages(trigger, status="answered", reply=reply, turn_id=turn_id, error=None)
+        )
+        await asks.answered(ctx, self.bus, handle, trigger, result)  # a2a_request's reply (CO-36)
+
+    async def _comment_replies(
+        self, handle: str, epoch: int, trigger: Trigger, result: TurnResult, reply: str
+    ) -> None:
+        """Post the reply to every engine-owed API message naming a ``work_item`` as a comment on
+        that item, authored by the seat (CO-8), once per message.
+
+        The comment's op id is derived from the message id (ES-6), so a rerun of the same message
+        (a crash before its ledger row) collapses into the first comment. Fenced like the turn's
+        own writes (FL-74). A failure is logged ``message_reply_comment_failed`` and never fails
+        the delivery: the reply is on the message either way. The comment wakes nobody (it is the
+        engine's copy of an answer the API caller reads, not a seat's remark, CO-41).
+        """
+        if not reply.strip():
+            return
+        calls = SeatCalls(open_router(self.ctx), seat=handle, epoch=epoch)
+        for part in trigger.parts or (trigger,):
+            message_id = part.payload.get("message_id")
+            key = part.work_item_key
+            if not key or not isinstance(message_id, str) or not owes_reply(part):
+                continue
+            if message_status(part, result, reply)["status"] != "answered":
+                continue
+            at = part.at
+            op_id = estate.derive_op_id(
+                f"reply-{key}", message_id, at_ms=int(at.timestamp() * 1000) if at is not None else 0
+            )
+            try:
+                await calls.comment_on_work_item(
+                    key, reply, author=f"seat:{handle}", author_kind="agent", op_id=op_id
+                )
+            except (estate.EstateError, RouterError) as e:
+                _log.warning(
+                    "message_reply_comment_failed",
+                    seat=handle,
+                    message_id=message_id,
+                    work_item=key,
+                    error=f"{type(e).__name__}: {e}",
+                )
+                continue
+            _log.info("message_reply_commented", seat=handle, message_id=message_id, work_item=key)
 
     def _workspace(
         self, handle: str, epoch: int, turn_id: str, *, basis: str | None = None
@@ -530,3 +716,78 @@ def _trigger_of(d: Delivery) -> Trigger | None:
 def _conversations(batch: list[Delivery]) -> list[list[Delivery]]:
     """Split one drain batch by conversation, oldest conversation first (CO-38, FL-85)."""
     return partition(batch, _trigger_of)
+
+
+def reply_of(result: TurnResult) -> str:
+    """The reply a turn leaves for an API message (CO-8): its final artifact
+    (:attr:`TurnResult.reply <shared.turns.TurnResult.reply>`: the reviewer's, else the executor's
+    last text, else the submission's summary); "" when it has none."""
+    return result.reply
+
+
+def owes_reply(trigger: Trigger) -> bool:
+    """True when the engine owes the sender the turn's reply (CO-8, CO-31: ``reply_mode``
+    ``engine``). An API message published before the route set ``reply_mode`` counts too."""
+    return trigger.reply_mode == "engine" or (
+        trigger.type == "external_notification"
+        and trigger.source == "api"
+        and "reply_mode" not in trigger.payload
+    )
+
+
+def message_status(trigger: Trigger, result: TurnResult, reply: str) -> dict[str, Any]:
+    """What ``GET /messages/{id}`` says after the turn for one API message (CO-8, issue 14).
+
+    ``failed`` (with ``outcome``, ``error_kind`` and ``error``) for a failed turn, for one that
+    ended ``incomplete``, and for an engine-owed message the turn left with no reply and no
+    delivering call (never ``answered`` for a turn that delivered nothing); otherwise
+    ``answered`` with the reply, which clears an earlier attempt's ``error`` and ``error_kind``.
+
+    Args:
+        trigger: The message's own trigger (one part of a merged one).
+        result: The turn that ran it.
+        reply: :func:`reply_of` the result.
+
+    Returns:
+        The fields to write: ``status``, ``reply``, ``turn_id``, ``outcome``, ``error_kind``,
+        ``error``, and ``retry_in_seconds`` cleared (it belongs to a ``queued`` attempt).
+    """
+    base: dict[str, Any] = {"turn_id": result.turn_id, "outcome": result.outcome, "retry_in_seconds": None}
+    if result.failed:
+        kind = result.error_kind or result.outcome
+        return {**base, "status": "failed", "reply": None, "error_kind": kind, "error": result.error or kind}
+    if result.outcome == "incomplete":
+        error = result.error or "the turn ended incomplete: it stopped before it finished the work"
+        return {
+            **base,
+            "status": "failed",
+            "reply": None,
+            "error_kind": result.error_kind or "incomplete",
+            "error": error,
+        }
+    if owes_reply(trigger) and not reply.strip() and not result.delivered_any:
+        error = f"the turn ended {result.outcome} with no reply to a message that is owed one"
+        return {**base, "status": "failed", "reply": None, "error_kind": "no_reply", "error": error}
+    return {**base, "status": "answered", "reply": reply, "error_kind": None, "error": None}
+
+
+def redelivery_delay(step: float, asked: float | None, *, rng: Callable[[], float] = random.random) -> float:
+    """Seconds a turn's delivery waits before it is redelivered (issue 14, CO-7).
+
+    Args:
+        step: The backoff step for this attempt, in seconds (the bus's: 1 s doubling to 30 s).
+        asked: What the servers asked (``Retry-After``, capped at 300 s, or a bench's time left,
+            CO-42), in seconds; None when none said.
+        rng: A source of floats in [0, 1) for the jitter.
+
+    Returns:
+        ``asked`` when given (the server knows best; never shortened); else ``step`` stretched by a
+        random 0..:data:`REDELIVERY_JITTER` of itself.
+    """
+    if asked is not None:
+        return max(0.0, asked)
+    return step * (1.0 + REDELIVERY_JITTER * rng())
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

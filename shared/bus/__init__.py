@@ -6,7 +6,7 @@ Nothing above this seam imports nats for messaging: nats-py errors are translate
 
 from ._bus import ACK_WAIT, MAX_DELIVER, Bus, MailboxState, Published
 from ._custody import CUSTODY_SUBJECT, Custodian, CustodySender
-from ._delivery import Deferred, Delivery, Fence, Grouping, Outcome, RetryLater
+from ._delivery import DeadLetterHook, Deferred, Delivery, Fence, Grouping, Outcome, RetryLater
 from ._envelope import Envelope, wake_envelope
 from ._errors import (
     BusError,
@@ -45,6 +45,7 @@ __all__ = [
     "BusUnavailable",
     "Custodian",
     "CustodySender",
+    "DeadLetterHook",
     "Deferred",
     "Delivery",
     "Envelope",

@@ -23,7 +23,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from shared import logs
 
-from ._delivery import Fence, add_consumer, translate
+from ._delivery import DeadLetterHook, Fence, add_consumer, translate
 from ._envelope import Envelope
 from ._errors import BusUnavailable
 from ._mailbox import Mailbox
@@ -180,7 +180,14 @@ class Bus:
         _log.info("mailboxes_ensured", consumers=len(pairs), elapsed_ms=round(elapsed * 1000, 3))
         return elapsed
 
-    async def attach(self, handle: str, epoch: int, *, fence: Fence | None = None) -> Mailbox:
+    async def attach(
+        self,
+        handle: str,
+        epoch: int,
+        *,
+        fence: Fence | None = None,
+        on_dead_letter: DeadLetterHook | None = None,
+    ) -> Mailbox:
         """Bind to ``handle``'s inbox as its lease holder under ``epoch`` (FL-79).
 
         Call it last in the acquire hook (FL-65). The mailbox is created if it is missing (a seat
@@ -190,6 +197,8 @@ class Bus:
             handle: The seat.
             epoch: The epoch the caller holds the seat under.
             fence: Overrides the bus's fence for this mailbox.
+            on_dead_letter: Runs after each delivery this mailbox dead-letters (CO-8: the
+                message reads ``dead_lettered``); None for nothing.
 
         Raises:
             SubjectRefused: the handle cannot name a subject.
@@ -221,6 +230,7 @@ class Bus:
             ack_wait=self._ack_wait,
             fetch_timeout=self._fetch_timeout,
             nak_backoff=self._nak_backoff,
+            on_dead_letter=on_dead_letter,
         )
         _log.info(
             "inbox_attached", seat=handle, epoch=epoch, elapsed_ms=round((time.monotonic() - start) * 1000, 3)

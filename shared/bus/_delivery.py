@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -23,12 +23,28 @@ from nats.js.api import ConsumerConfig
 from ._envelope import Envelope
 from ._errors import BusUnavailable, PublishOutcomeUnknown
 
-__all__ = ["Deferred", "Delivery", "Fence", "Grouping", "Outcome", "RetryLater", "add_consumer", "translate"]
+__all__ = [
+    "DeadLetterHook",
+    "Deferred",
+    "Delivery",
+    "Fence",
+    "Grouping",
+    "Outcome",
+    "RetryLater",
+    "add_consumer",
+    "translate",
+]
 
 Fence = Callable[[str, int], bool]
 """``fence(handle, epoch) -> bool``: True while ``epoch`` still holds the seat (``SeatHost.holds``)."""
 
 Outcome = Literal["empty", "acked", "nacked", "deferred", "dead_lettered", "fenced"]
+
+DeadLetterHook = Callable[["Delivery", str], Awaitable[None]]
+"""``on_dead_letter(delivery, reason)``: runs after a delivery went to its dead-letter subject and
+was terminated (FL-82), e.g. to mark an API message ``dead_lettered`` (CO-8).
+
+.. versionadded:: 0.1 (issue 14)"""
 
 Grouping = Callable[[list["Delivery"]], Sequence[Sequence["Delivery"]]]
 """``group(batch) -> groups``: splits one drain into the groups one handler call each settles

@@ -47,7 +47,7 @@ from nats.js import JetStreamContext
 from shared import logs
 
 from . import _verdicts
-from ._delivery import Delivery, Fence, Grouping, Outcome, translate
+from ._delivery import DeadLetterHook, Delivery, Fence, Grouping, Outcome, translate
 from ._envelope import Envelope
 from ._errors import BusUnavailable, MailboxDetached, MailboxFenced
 from ._names import dlq_subject
@@ -87,6 +87,7 @@ class Mailbox:
         ack_wait: float,
         fetch_timeout: float,
         nak_backoff: tuple[float, float],
+        on_dead_letter: DeadLetterHook | None = None,
     ) -> None:
         self._nc = nc
         self._js = js
@@ -100,6 +101,7 @@ class Mailbox:
         self._ack_wait = ack_wait
         self._fetch_timeout = fetch_timeout
         self._backoff = nak_backoff
+        self._on_dead_letter = on_dead_letter
         self._outstanding: dict[int, Delivery] = {}
         self._fetch_lock = anyio.Lock()
         self._turn_lock = anyio.Lock()  # one handler at a time per seat (CO-7)
@@ -363,6 +365,10 @@ class Mailbox:
     async def dead_letter(self, d: Delivery, reason: str) -> str:
         """Publish ``d`` with ``reason`` to the seat's dead-letter subject, then terminate it (FL-82).
 
+        Then the attach's ``on_dead_letter`` hook runs (e.g. the message's status becomes
+        ``dead_lettered``, CO-8); a hook that fails is logged ``dead_letter_hook_failed`` and
+        never undoes the dead letter.
+
         Returns:
             The dead-letter subject it was published to.
 
@@ -400,6 +406,16 @@ class Mailbox:
             num_delivered=d.num_delivered,
             reason=reason,
         )
+        if self._on_dead_letter is not None:
+            try:
+                await self._on_dead_letter(d, reason)
+            except Exception as e:  # noqa: BLE001 - the letter stands whatever the hook does
+                _log.warning(
+                    "dead_letter_hook_failed",
+                    seat=self.handle,
+                    stream_seq=d.stream_seq,
+                    error=f"{type(e).__name__}: {e}",
+                )
         return subject
 
     def backoff(self, num_delivered: int) -> float:

@@ -12,6 +12,7 @@ from ._base import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_TIMEOUT_SECONDS, LlmProvid
 from ._chain import ProviderChain, ProviderSet, build_provider, build_providers
 from ._cooldowns import COOLDOWN_CEILING, MIN_COOLDOWN, Bench, BenchKind, CooldownBoard, key_hint
 from ._errors import (
+    MAX_RETRY_AFTER,
     AuthFailed,
     ContextTooLong,
     ErrorKind,
@@ -25,7 +26,7 @@ from ._errors import (
     RateLimited,
     ServerFailed,
 )
-from ._http import HttpProvider, parse_retry_after
+from ._http import DEFAULT_MAX_CONCURRENT, HttpProvider, parse_retry_after
 from ._offline import OFFLINE_LABEL, OfflineProvider
 from ._openai import OPENAI_BASE_URL, OpenAICompatibleProvider, OpenAIProvider
 from ._types import (
@@ -45,8 +46,10 @@ __all__ = [
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_VERSION",
     "COOLDOWN_CEILING",
+    "DEFAULT_MAX_CONCURRENT",
     "DEFAULT_MAX_OUTPUT_TOKENS",
     "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_RETRY_AFTER",
     "MIN_COOLDOWN",
     "OFFLINE_LABEL",
     "OPENAI_BASE_URL",

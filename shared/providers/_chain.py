@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,7 @@ class ProviderChain:
         self.keys = tuple(keys)
         self.members = tuple(members)
         self.board = board
+        self._asked_until: float | None = None  # monotonic end of the servers' last Retry-After
 
     def provider(self, key: str) -> LlmProvider | None:
         """Return the usable member with ``key``, or None."""
@@ -112,8 +114,28 @@ class ProviderChain:
         )
 
     def free_in(self) -> float | None:
-        """Seconds until some member has a key that is not benched (CO-42); None when one is free
-        now, or without a board. A turn that found every key benched is redelivered after this."""
+        """Seconds before calling the chain again can succeed; None when nothing says to wait.
+
+        The larger of two waits: until some member has a key that is not benched (CO-42; None
+        when one is free now, or without a board), and what is left of the servers'
+        ``Retry-After`` on the chain's last :class:`LLMUnavailable` (its
+        :attr:`~LLMUnavailable.retry_after`: 429, 503, Anthropic's 529, capped at
+        :data:`~shared.providers.MAX_RETRY_AFTER`). A turn whose chain failed is redelivered
+        no sooner than this (issue 14: a provider's ``Retry-After`` is listened to).
+
+        .. versionchanged:: 0.1 Also the servers' ``Retry-After`` (issue 14); was benches only.
+        """
+        asked = None
+        if self._asked_until is not None:
+            left = self._asked_until - time.monotonic()
+            asked = left if left > 0 else None
+        benched = self._bench_wait()
+        if benched is None or asked is None:
+            return benched if asked is None else asked
+        return max(benched, asked)
+
+    def _bench_wait(self) -> float | None:
+        """Seconds until some member has a key that is not benched; None when one is free now."""
         if self.board is None or not self.members:
             return None
         now = self.board.now()
@@ -200,8 +222,12 @@ class ProviderChain:
                     continue
                 if self.board is not None:
                     self.board.cleared(provider.key, api_key)
+                self._asked_until = None
                 return answer
-        raise LLMUnavailable(self.keys, attempts)
+        unavailable = LLMUnavailable(self.keys, attempts)
+        asked = unavailable.retry_after
+        self._asked_until = time.monotonic() + asked if asked is not None else None
+        raise unavailable
 
 
 class ProviderSet:
@@ -310,6 +336,7 @@ def build_provider(
         raise ProviderMisconfigured(f"providers.llm.{key}: no usable API key")
     if not entry.model:
         raise ProviderMisconfigured(f"providers.llm.{key}: model is required")
+    settings["max_concurrent"] = entry.max_concurrent  # calls in flight per API key (issue 14)
     if entry.type == "anthropic":
         return AnthropicProvider(
             key, model=entry.model, base_url=entry.base_url or ANTHROPIC_BASE_URL, api_keys=keys, **settings

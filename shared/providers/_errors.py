@@ -30,6 +30,7 @@ from typing import Literal
 from shared.errors import CrewletError, ServiceError, UsageError
 
 __all__ = [
+    "MAX_RETRY_AFTER",
     "AuthFailed",
     "ContextTooLong",
     "ErrorKind",
@@ -46,6 +47,12 @@ __all__ = [
 
 ErrorKind = Literal["rate_limit", "auth", "timeout", "server", "fatal"]
 """CO-12's closed set of provider failure classes (orig)."""
+
+MAX_RETRY_AFTER = 300.0
+"""The longest server ``Retry-After`` a turn's redelivery honours, in seconds (ours): a 503/529
+saying "come back in an hour" parks the delivery for five minutes at most, after which the
+provider is asked again (a rate-limit bench has its own bounds, CO-42). The raw value stays on
+:attr:`LLMError.retry_after`."""
 
 
 class ProviderError(CrewletError):
@@ -152,6 +159,19 @@ class LLMUnavailable(ProviderError, ServiceError):
     def last_error(self) -> LLMError | None:
         """The last call's error, or None when nothing was tried."""
         return self.attempts[-1][1] if self.attempts else None
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the servers asked to wait: the largest ``Retry-After`` among the attempts a
+        server answered (429, 503, Anthropic's 529 ``overloaded_error`` ...), capped at
+        :data:`MAX_RETRY_AFTER`; None when none said (the caller then backs off on its own,
+        CO-7). A member skipped for a bench is not counted here: how long a bench lasts is
+        :meth:`ProviderChain.free_in <shared.providers.ProviderChain.free_in>`'s answer.
+
+        .. versionadded:: 0.1 (issue 14)
+        """
+        said = [e.retry_after for _, e in self.attempts if e.retry_after is not None and e.status is not None]
+        return min(max(said), MAX_RETRY_AFTER) if said else None
 
 
 class ProviderMisconfigured(ProviderError, UsageError):

@@ -3,11 +3,21 @@ httpx outcomes into the CO-12 failure classes (httpx errors never leave this sea
 
 HTTP mapping (CO-12, ours following the orig classes): 429/402 → ``rate_limit``; 401/403 →
 ``auth``; a request timeout or 408 → ``timeout``; 500–599 and 529 → ``server``; other 4xx →
-``fatal``. A 2xx that is not JSON → :class:`MalformedResponse`.
+``fatal``. A 2xx that is not JSON → :class:`MalformedResponse`. Every error status keeps the
+server's ``Retry-After`` (delta-seconds or an HTTP date, :func:`parse_retry_after`) on the error,
+whatever the class: a 429, and also a 503 or Anthropic's 529 ``overloaded_error`` (``server``,
+never benched), so the turn's redelivery waits as long as the server asked (issue 14).
+
+Concurrency (ours, issue 14): at most ``max_concurrent`` calls (default
+:data:`DEFAULT_MAX_CONCURRENT`, 8) are in flight at once per API key of an entry in this process;
+a further call waits for a free slot before it is sent (the wait is not part of
+``timeout_seconds``). The bound lives on the entry object, which an apply rebuilds: for the moment
+two applies overlap, the old and the new generation each have their own slots.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import time
@@ -30,7 +40,11 @@ from ._errors import (
     ServerFailed,
 )
 
-__all__ = ["HttpProvider", "loads_arguments", "parse_retry_after", "token_count"]
+__all__ = ["DEFAULT_MAX_CONCURRENT", "HttpProvider", "loads_arguments", "parse_retry_after", "token_count"]
+
+DEFAULT_MAX_CONCURRENT = 8
+"""Calls in flight at once per API key of an entry, in one process (ours, issue 14); an entry's
+``max_concurrent`` overrides it."""
 
 _CONTEXT_MARKERS = (
     "context_length_exceeded",
@@ -96,6 +110,12 @@ class HttpProvider(LlmProvider):
         temperature: Sent only when not None.
         timeout_seconds: Per-call timeout, in seconds.
         cooldowns: How long a benched key rests (CO-42); None for the defaults.
+        max_concurrent: Calls in flight at once per API key, in this process (>= 1).
+
+    Raises:
+        ValueError: ``max_concurrent`` < 1.
+
+    .. versionchanged:: 0.1 ``max_concurrent`` (issue 14).
     """
 
     def __init__(
@@ -109,6 +129,7 @@ class HttpProvider(LlmProvider):
         temperature: float | None = None,
         timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         cooldowns: Cooldowns | None = None,
+        max_concurrent: int = DEFAULT_MAX_CONCURRENT,
     ) -> None:
         super().__init__(
             key,
@@ -119,8 +140,19 @@ class HttpProvider(LlmProvider):
             timeout_seconds=timeout_seconds,
             cooldowns=cooldowns,
         )
+        if max_concurrent < 1:
+            raise ValueError(f"providers.llm.{key}.max_concurrent: {max_concurrent} must be >= 1")
         self.base_url = base_url.rstrip("/")
+        self.max_concurrent = max_concurrent
         self._client: httpx.AsyncClient | None = None
+        self._gates: dict[int, asyncio.Semaphore] = {}  # key index -> its call slots
+
+    def _gate(self) -> asyncio.Semaphore:
+        """The call slots of the current API key (made on first use, in the running loop)."""
+        gate = self._gates.get(self.key_index)
+        if gate is None:
+            gate = self._gates[self.key_index] = asyncio.Semaphore(self.max_concurrent)
+        return gate
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -140,7 +172,8 @@ class HttpProvider(LlmProvider):
             LLMError: The subclass for the outcome (see the module docstring).
         """
         try:
-            response = await self._http().post(url, headers=dict(headers), json=body)
+            async with self._gate():
+                response = await self._http().post(url, headers=dict(headers), json=body)
         except httpx.TimeoutException as e:
             raise ProviderTimeout(
                 f"{self.key}: no answer within {self.timeout_seconds:g} s ({type(e).__name__})",

@@ -7,7 +7,7 @@ def test_public_api() -> None:
     assert sorted(shared.bus.__all__) == sorted(
         [
             "ACK_WAIT", "AGENT_STREAM", "DLQ_STREAM", "MAX_DELIVER", "STREAMS", "Bus", "BusError",
-            "BusUnavailable", "Deferred", "Delivery", "Envelope", "Fence", "Grouping", "Mailbox", "MailboxDetached",
+            "BusUnavailable", "DeadLetterHook", "Deferred", "Delivery", "Envelope", "Fence", "Grouping", "Mailbox", "MailboxDetached",
             "MailboxFenced", "MailboxState", "Outcome", "PublishOutcomeUnknown", "Published", "RetryLater", "StreamMismatch",
             "StreamSpec", "SubjectRefused", "check_subject", "control_group", "control_subject", "dlq_subject",
             "durable_name", "inbox_group", "inbox_subject", "namespace_stream", "provision_streams",

@@ -359,3 +359,44 @@ async def test_one_seat_runs_one_handler_at_a_time_and_two_seats_run_concurrentl
     assert any(any(s.startswith("triage") for s in seen) and "writer-3" in seen for seen in overlaps)
     await triage.detach()
     await writer.detach()
+
+
+async def test_the_dead_letter_hook_runs_after_the_letter_and_cannot_undo_it(broker: Broker) -> None:
+    """CO-8 (issue 14): the attach's ``on_dead_letter`` runs once the delivery is on the DLQ subject
+    and terminated, for a failure and for a deferral on the last allowed delivery; a hook that
+    fails leaves the letter standing."""
+    bus = broker.bus(max_deliver=2, nak_backoff=(0.05, 0.05))
+    await bus.ensure_mailboxes(["triage"])
+    await publish(bus, "triage", 1)
+    heard: list[tuple[int, int, str, bool]] = []
+
+    async def hook(d: Delivery, reason: str) -> None:
+        heard.append((d.envelope.payload["n"] if d.envelope else -1, d.num_delivered, reason, d.settled))
+        if len(heard) == 1:
+            raise RuntimeError("status store down")
+
+    box = await bus.attach("triage", 1, on_dead_letter=hook)
+
+    async def fails(d: Delivery) -> None:
+        if d.envelope is not None and d.envelope.payload["n"] == 2:
+            raise Deferred()
+        raise RuntimeError("boom")
+
+    outcomes = [await box.process(fails, timeout=2) for _ in range(2)]
+    await publish(bus, "triage", 2)
+    outcomes.append(await box.process(fails, timeout=2))
+    box.resume()  # the deferral paused fetching
+    outcomes.append(await box.process(fails, timeout=2))
+    assert outcomes == ["nacked", "dead_lettered", "deferred", "dead_lettered"], outcomes
+    assert heard == [
+        (1, 2, "RuntimeError: boom", True),
+        (2, 2, "deferred on its last allowed delivery", True),
+    ]
+    # the terminations are acks the server applies on its own time: wait for the consumer to say so
+    for _ in range(100):
+        state = await bus.state("triage")
+        if (state.pending, state.ack_pending) == (0, 0):
+            break
+        await asyncio.sleep(0.1)
+    assert (state.pending, state.ack_pending) == (0, 0)
+    await box.detach()

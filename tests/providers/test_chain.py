@@ -25,7 +25,8 @@ async def test_primary_500_falls_back_to_backup_and_the_turn_names_it() -> None:
         OpenAIServer() as backup,
     ):
         backup.add(
-            openai_tools(("submit_work", {"outcome": "no_action", "summary": "nothing to do"})),
+            openai_tools(("submit_work", {"outcome": "delivered", "summary": "answered the sender"})),
+            openai_tools(("submit_review", {"decision": "done", "notes": "fine"})),  # the reviewer (CO-30)
         )
         org = make_org(
             with_providers(
@@ -37,10 +38,13 @@ async def test_primary_500_falls_back_to_backup_and_the_turn_names_it() -> None:
             result = await eng.run("triage", api_trigger(), workspace=Estate().workspace("triage"))
         finally:
             await eng.providers.aclose()
-        assert len(primary.seen) == 1 and len(backup.seen) == 1
-    assert result.outcome == "no_action", result.error
-    assert result.provider_keys == ["backup"]
-    assert [r.provider_key for r in result.rounds] == ["backup"]
+        # the executor's call: primary's 500, then backup's answer (the reviewer's phase, CO-30,
+        # resolves its own chain: not what this test is about)
+        assert len(primary.seen) >= 1 and len(backup.seen) >= 1
+    assert result.outcome == "delivered", result.error
+    assert result.provider_keys[0] == "backup"
+    assert result.phases[0].phase == "execute" and result.phases[0].provider_key == "backup"
+    assert result.rounds[0].provider_key == "backup"
 
 
 async def test_rate_limit_rotates_to_the_next_key_and_sticks() -> None:

@@ -1,9 +1,21 @@
 """``POST /seats/{handle}/messages`` and ``GET /messages/{id}`` (CO-8).
 
-A message is an ``external_notification{source: api}``; a task is ``task_assigned``. Its status
-lives in the coordination ``messages`` bucket (7 days; ours), so any ingress node answers
-``GET /messages/{id}`` whichever node ran the turn: the seat's node writes ``running`` and then
-``answered`` (with the reply and ``turn_id``) or ``failed``.
+A message is an ``external_notification{source: api, reply_mode: engine}``: the engine owes the
+sender the turn's reply (CO-31), and a message naming a ``work_item`` gets the reply as a comment
+there too. A task is ``task_assigned`` with no reply owed. Its status lives in the coordination
+``messages`` bucket (7 days; ours), so any ingress node answers ``GET /messages/{id}`` whichever
+node ran the turn. The record: ``{message_id, seat, kind, status, reply, turn_id, outcome,
+error_kind, error}``, ``status`` one of:
+
+- ``queued``: published, not yet running; or back in the inbox after an attempt that asked for a
+  redelivery (its ``error``/``error_kind``/``outcome`` say why, ``retry_in_seconds`` how long);
+- ``running``: a turn has it (``turn_id``);
+- ``answered``: the turn delivered; ``reply`` is its final artifact (an earlier attempt's error is
+  cleared);
+- ``failed``: the turn failed, ended ``incomplete``, or left a message that is owed a reply
+  without one; ``outcome`` and ``error_kind`` (the class) and ``error`` say which;
+- ``dead_lettered``: the last allowed delivery went to the seat's dead-letter subject (FL-82);
+  the last attempt's ``error`` stays.
 """
 
 from __future__ import annotations
@@ -76,6 +88,8 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
             "status": "queued",
             "reply": None,
             "turn_id": None,
+            "outcome": None,
+            "error_kind": None,
             "error": None,
             "kind": body.kind,
         }
@@ -91,6 +105,8 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
             "sender": body.sender,
             "conversation_key": body.conversation_key,
             "source": "api",
+            # CO-8/CO-31: a message is owed the turn's reply by the engine; a task is owed nothing
+            "reply_mode": "engine" if body.kind == "message" else "none",
         }
         extra: dict[str, Any] = {}
         if body.work_item:
