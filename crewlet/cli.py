@@ -19,6 +19,7 @@ Commands:
 - ``crewlet backup --dir PATH``, ``crewlet backup list|restore-objects``: backups (ES-81..ES-84;
   :mod:`crewlet.backup_cli`).
 - ``crewlet budgets show|reset``: the fleet's shared token budgets (FL-120; :mod:`crewlet.budgets_cli`).
+- ``crewlet schedules [list]``: every schedule and its next fire (CO-33; :mod:`crewlet.schedules_cli`).
 
 Every refusal is printed as lines naming the file and the path inside it; no command prints a
 traceback for bad input.
@@ -55,6 +56,7 @@ from . import (
     gate_cli,
     knowledge_cli,
     retention_cli,
+    schedules_cli,
     secrets_cli,
 )
 
@@ -70,6 +72,7 @@ app.add_typer(config_cli.app, name="config")
 app.add_typer(backup_cli.app, name="backup")
 app.add_typer(retention_cli.app, name="retention")
 app.add_typer(budgets_cli.app, name="budgets")
+app.add_typer(schedules_cli.app, name="schedules")
 retention_cli.app.command("verify")(backup_cli.verify_command)
 retention_cli.app.command("evict")(gate_cli.evict_cmd)
 retention_cli.app.command("readmit")(gate_cli.readmit_cmd)

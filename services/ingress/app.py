@@ -27,6 +27,7 @@ from .api.routes import (
     knowledge,
     messages,
     retention,
+    schedules,
     secrets,
     turns,
     webhooks,
@@ -64,5 +65,6 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(secrets.router(ctx))
     api.include_router(retention.router(ctx))
     api.include_router(budgets.router(ctx))
+    api.include_router(schedules.router(ctx))
 
     return RoleService(name="ingress", router=api)

@@ -5,9 +5,19 @@ holds it (:class:`shared.leases.Duties`); a node without this role never asks (a
 every duty). Duties built:
 
 - ``scheduler``: evaluates every schedule of the org and fires what is due (CO-33), every
-  ``scheduling.tick_seconds`` (10 s);
+  ``scheduling.tick_seconds`` (10 s), with the catch-up rule after any gap
+  (:mod:`services.workers.scheduler`). A fire is a ``task_assigned`` envelope (``source:
+  schedule``) on the seat's inbox, deduplicated on the claim key, whose payload is ``{text,
+  source: "schedule", schedule, scope, fire_label, fired_at, timeout_seconds, catchup}``:
+  ``fire_label`` the local wall clock ``YYYYmmddTHHMM``, ``fired_at`` the slot's UTC instant
+  (RFC 3339), ``timeout_seconds`` the schedule's wall-clock cap of the turn (seconds; the turn
+  engine checks it between rounds and fails the turn ``scheduled_timeout``). While the node sheds
+  (posture ``shed``/``stuck``) a tick is skipped whole and the window stays open, caught up after
+  convergence (FL-97); while ``scheduling.enabled`` is false nothing fires and the window follows
+  the clock (no catch-up of the disabled time);
 - ``maintenance``: node-local retention on the holder (turn records older than 30 days, FL-99),
-  every 5 minutes;
+  then the A2A channel sweep (idle channels closed after 1 h, closed ones deleted after 7 days;
+  :func:`shared.channels.sweep_channels`), every 5 minutes;
 - ``retention``: the trim of the tracker and pages logs (ES-47, ES-48), every ``retention.trim_tick``
   (15 min): publish each log's floor to ``trim_floors``, then purge below it
   (:mod:`services.workers.retention`).
@@ -22,10 +32,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from shared import logs, records
+from shared import channels, logs, records
 from shared.bus import Bus, BusUnavailable, Envelope
 from shared.estate._gates import evicted_since, eviction_grace
 from shared.leases import Duties
@@ -87,17 +97,31 @@ def service(ctx: NodeContext) -> RoleService:
                     "text": fire.task,
                     "source": "schedule",
                     "schedule": fire.name,
+                    "scope": f"{fire.scope_type}:{fire.scope_id}",
                     "fire_label": fire.label,
+                    "fired_at": fire.at.isoformat(),
                     "timeout_seconds": fire.timeout_seconds,
+                    "catchup": fire.catchup,
                 },
             )
             await bus.publish_to_seat(handle, env, msg_id=fire.claim_key)
 
-        scheduler = Scheduler(ctx.coord, publish)
+        scheduler = Scheduler(ctx.coord, publish, holder=ctx.owner)
+        ctx.extras["scheduler"] = scheduler
 
         async def scheduler_tick() -> None:
-            if ctx.org is not None and ctx.org.company.scheduling.enabled:
-                await scheduler.tick(ctx.org)
+            if ctx.org is None:
+                return
+            if not ctx.org.company.scheduling.enabled:
+                scheduler.skip_to(datetime.now(UTC))
+                return
+            if ctx.shedding:  # FL-97: a node behind the fleet fires nothing; the window stays open
+                if not state.get("shed_logged"):
+                    _log.warning("scheduler_shed", posture=ctx.posture)
+                    state["shed_logged"] = True
+                return
+            state["shed_logged"] = False
+            await scheduler.tick(ctx.org)
 
         async def maintenance_tick() -> None:
             turns = ctx.extras.get("turns")
@@ -105,6 +129,10 @@ def service(ctx: NodeContext) -> RoleService:
                 pruned = await records.prune_turns(turns, keep=TURN_RETENTION.total_seconds())
                 if pruned:
                     _log.info("maintenance_pruned", table="turns", rows=pruned)
+            if ctx.coord is not None:
+                # FL-99: idle A2A channels close, long-closed ones go; an unreadable listing raises
+                # CoordinationUnavailable, logged by the duty loop as duty_tick_failed
+                await channels.sweep_channels(ctx.coord)
 
         retention: Retention | None = None
         if ctx.link is not None:
