@@ -1,25 +1,29 @@
 """One request to a running node's API, as the operator commands send it (FL-24 §CLI).
 
-Shared by :mod:`crewlet.broker_cli` and :mod:`crewlet.budgets_cli`: the ``--url`` / ``--token``
-options (``CREWLET_URL``, ``CREWLET_API_TOKEN``) and :func:`call`, which turns every outcome into an
-exit code and a printed line — never a traceback.
+Shared by :mod:`crewlet.broker_cli`, :mod:`crewlet.budgets_cli` and :mod:`crewlet.schedules_cli`:
+the ``--url`` / ``--token`` / ``--json`` options (``CREWLET_URL``, ``CREWLET_API_TOKEN``),
+:func:`call`, which turns every outcome into an exit code and a printed line — never a
+traceback — and :func:`show_view`, the whole of a read-only listing command.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import httpx
 import typer
 from rich.console import Console
 
-__all__ = ["Token", "Url", "call"]
+__all__ = ["JsonFlag", "Token", "Url", "call", "show_view"]
 
 Url = Annotated[str, typer.Option("--url", "-url", envvar="CREWLET_URL", help="A node's base URL")]
 """The ``--url`` option: a node's base URL."""
 Token = Annotated[str, typer.Option("--token", "-token", envvar="CREWLET_API_TOKEN", help="API token")]
 """The ``--token`` option: an API token holding the route's grant."""
+JsonFlag = Annotated[bool, typer.Option("--json", "-json", help="Print the raw answer")]
+"""The ``--json`` option: print the route's answer as JSON instead of a table."""
 
 
 def call(method: str, url: str, token: str, path: str, *, timeout: float, out: Console) -> tuple[int, Any]:
@@ -60,3 +64,29 @@ def call(method: str, url: str, token: str, path: str, *, timeout: float, out: C
     text = detail if isinstance(detail, str) else json.dumps(detail)
     out.print(f"refused ({r.status_code} {code}): {text}", markup=False)
     return (1 if r.status_code in (503, 504) else 2), answer
+
+
+def show_view(
+    url: str,
+    token: str,
+    path: str,
+    *,
+    as_json: bool,
+    printer: Callable[[Any, Console], None],
+    timeout: float,
+    width: int = 160,
+) -> None:
+    """GET ``path`` and print it: the raw answer with ``as_json``, else through ``printer(view,
+    console)``; then exit with :func:`call`'s code (0 shown, 1 unreachable or 5xx, 2 refused).
+
+    Raises:
+        typer.Exit: Always, with that code.
+    """
+    out = Console(width=width)
+    code, view = call("GET", url, token, path, timeout=timeout, out=out)
+    if code == 0:
+        if as_json:
+            typer.echo(json.dumps(view, indent=2))
+        else:
+            printer(view, out)
+    raise typer.Exit(code)

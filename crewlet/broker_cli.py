@@ -17,7 +17,6 @@ token, or a usage error.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import httpx
@@ -25,7 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._node_api import Token, Url, call
+from ._node_api import JsonFlag, Token, Url, call, show_view
 
 __all__ = ["app"]
 
@@ -83,17 +82,12 @@ def _print_view(view: dict[str, Any], out: Console) -> None:
 def list_cmd(
     url: Url = "http://127.0.0.1:8080",
     token: Token = "",
-    as_json: Annotated[bool, typer.Option("--json", "-json", help="Print the raw answer")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Print what each node advertises beside how the metadata group counts it (FL-147)."""
-    out = Console(width=140)
-    code, view = call("GET", url, token, "/fleet/broker", timeout=LIST_TIMEOUT, out=out)
-    if code == 0:
-        if as_json:
-            typer.echo(json.dumps(view, indent=2))
-        else:
-            _print_view(view, out)
-    raise typer.Exit(code)
+    show_view(
+        url, token, "/fleet/broker", as_json=as_json, printer=_print_view, timeout=LIST_TIMEOUT, width=140
+    )
 
 
 @app.command("remove")

@@ -17,7 +17,6 @@ unreadable); 2 refused (an unknown scope, a token without the grant), no token, 
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import httpx
@@ -25,7 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._node_api import Token, Url, call
+from ._node_api import JsonFlag, Token, Url, call, show_view
 
 __all__ = ["app"]
 
@@ -63,17 +62,10 @@ def _print_view(view: dict[str, Any], out: Console) -> None:
 def show_cmd(
     url: Url = "http://127.0.0.1:8080",
     token: Token = "",
-    as_json: Annotated[bool, typer.Option("--json", "-json", help="Print the raw answer")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Print caps, spend of the current windows and refusing scopes (FL-120)."""
-    out = Console(width=160)
-    code, view = call("GET", url, token, "/budgets", timeout=TIMEOUT, out=out)
-    if code == 0:
-        if as_json:
-            typer.echo(json.dumps(view, indent=2))
-        else:
-            _print_view(view, out)
-    raise typer.Exit(code)
+    show_view(url, token, "/budgets", as_json=as_json, printer=_print_view, timeout=TIMEOUT)
 
 
 @app.command("reset")

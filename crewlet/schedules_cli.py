@@ -14,14 +14,13 @@ Exit codes: 0 answered; 1 the node could not be reached or answered 503 (no comp
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._node_api import Token, Url, call
+from ._node_api import JsonFlag, Token, Url, show_view
 
 __all__ = ["app"]
 
@@ -29,8 +28,6 @@ app = typer.Typer(help="Scheduled tasks of the company: list them with their nex
 
 TIMEOUT = 15.0
 """Seconds the command waits for the node (a read of the org and one claim per schedule target)."""
-
-JsonFlag = Annotated[bool, typer.Option("--json", "-json", help="Print the raw answer")]
 
 
 def _seats(last: dict[str, Any] | None) -> str:
@@ -78,14 +75,7 @@ def _print_view(view: dict[str, Any], out: Console) -> None:
 
 
 def _list(url: str, token: str, as_json: bool) -> None:
-    out = Console(width=200)
-    code, view = call("GET", url, token, "/schedules", timeout=TIMEOUT, out=out)
-    if code == 0:
-        if as_json:
-            typer.echo(json.dumps(view, indent=2))
-        else:
-            _print_view(view, out)
-    raise typer.Exit(code)
+    show_view(url, token, "/schedules", as_json=as_json, printer=_print_view, timeout=TIMEOUT, width=200)
 
 
 @app.callback(invoke_without_command=True)
