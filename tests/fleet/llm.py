@@ -53,12 +53,15 @@ class FleetLLM:
     Attributes:
         delays: Seat → seconds to wait before answering that seat's first round (default 0).
         tool_seats: Seats whose first round calls ``create_work_item`` (project ``SUP``).
+        asks: Seat → colleague: that seat's next first round calls ``a2a_ask`` on the colleague
+            (once; CO-36).
         rate_limited: API keys answered ``429`` (a rate-limited credential, CO-42).
     """
 
     def __init__(self) -> None:
         self.delays: dict[str, float] = {}
         self.tool_seats: set[str] = set()
+        self.asks: dict[str, str] = {}
         self.rate_limited: set[str] = set()
         self.seen: list[Request] = []
         self._cond = threading.Condition()
@@ -127,6 +130,12 @@ class FleetLLM:
         if not first:
             return finish_reply(body, f"done for {seat}"), 0.0
         delay = self.delays.get(seat, 0.0)
+        with self._cond:
+            target = self.asks.pop(seat, None)
+        if target is not None:
+            return openai_tools(
+                ("a2a_ask", {"handle": target, "brief": f"{seat} asks: {text[-120:]}"})
+            ), delay
         if seat in self.tool_seats:
             title = text.strip().splitlines()[-1][:200] if text.strip() else "fleet work"
             return openai_tools(("create_work_item", {"project": "SUP", "title": title})), delay

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.fleet.harness import SEATS, TTL, Fleet, new_id, wait_for
+from tests.fleet.llm import Request
 from tests.support.procs import REPO, TOKEN, free_port, node_file
 
 pytestmark = pytest.mark.fleet
@@ -94,6 +95,34 @@ def test_a_signed_webhook_posted_to_two_nodes_is_handled_once(fleet: Fleet) -> N
     fleet.wait_handled(accepted["event_id"])
     assert len(fleet.commits(accepted["event_id"])) == 1
     assert len([r for r in fleet.llm.requests("triage")[before:] if r.first_round]) == 1
+    fleet.check_history()
+
+
+def test_an_ask_from_a_seat_on_one_node_is_answered_by_a_seat_on_another(fleet: Fleet) -> None:
+    # FL-124 / CO-36: the channel and both wakes cross nodes; the asker's next turn reads the answer
+    owners = fleet.owners()
+    asker = next(s for s in SEATS if s != "lead")
+    target = next(s for s in SEATS if owners[s] != owners[asker] and s != "lead")
+    fleet.llm.asks[asker] = target
+    before = len(fleet.llm.requests(asker))
+    event_id = fleet.post_message(asker, "What is the state of the release?")
+    fleet.wait_handled(event_id)
+    answer = f"answered by {target}"
+
+    def answer_seen() -> Request | None:
+        got = [r for r in fleet.llm.requests(asker)[before:] if r.first_round and answer in r.text]
+        return got[0] if got else None
+
+    wait_for(f"{asker}'s next turn reading {target}'s answer", answer_seen, timeout=30)
+    asked = [e for e in fleet.events(owners[target], "seat_turn_committed") if e.get("seat") == target]
+    assert asked, f"{target}'s answering turn did not commit on {owners[target]}"
+    with fleet.api() as c:
+        status = c.get(f"/messages/{fleet.message_ids[event_id]}").json()
+    assert status["status"] == "answered", status
+    opened = [e for n in fleet.names for e in fleet.events(n, "a2a_channel_opened")]
+    closed = [e for n in fleet.names for e in fleet.events(n, "a2a_channel_closed")]
+    assert len(opened) == 1 and opened[0].get("target") == target, opened
+    assert [e.get("reason") for e in closed] == ["answered"], closed
     fleet.check_history()
 
 
