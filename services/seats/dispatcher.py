@@ -40,7 +40,7 @@ skip carries the same ids, so a fleet's history can be checked after a run.
 Message truth (CO-8, issue 14): an API message reads ``running`` from admission, ``queued`` again
 (with the attempt's ``error``, ``error_kind``, ``outcome``) when its turn asked for a redelivery,
 ``dead_lettered`` once its last allowed delivery went to the dead-letter subject (the mailbox's
-``on_dead_letter`` hook), and after the turn commits :func:`message_status`: ``answered`` with the
+``on_dead_letter`` hook), and after the turn commits :func:`~services.seats.messages.message_status`: ``answered`` with the
 reply (clearing an earlier attempt's error), or ``failed`` with the outcome and its class — never
 ``answered`` for a turn that ended ``incomplete`` or left an engine-owed message without a reply.
 An engine-owed message naming a ``work_item`` also gets its reply as a comment there, once.
@@ -60,15 +60,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
-from shared import estate, logs, telemetry, tools
+from shared import logs, telemetry, tools
 from shared.budgets import Budgets, BudgetUnavailable
 from shared.bus import (
     Bus,
@@ -80,25 +78,22 @@ from shared.bus import (
     RetryLater,
     wake_envelope,
 )
-from shared.coordination import CoordinationUnavailable, RevisionConflict
 from shared.leases import FENCED_REASONS, Ledger, SeatHost
 from shared.mcp import McpPool, resolve_seat_servers
 from shared.records import TurnStore
-from shared.router import RouterError, SeatCalls, open_router
+from shared.router import open_router
 from shared.runtime import NodeContext
 from shared.turns import Trigger, TurnEngine, TurnResult, merge_triggers, partition
 
 from . import asks
+from .messages import comment_replies, message_status, now_iso, reply_of, set_message
 from .workspace import RouterWorkspace
 
 __all__ = [
     "REDELIVERY_JITTER",
     "Dispatcher",
     "TurnRedelivery",
-    "message_status",
-    "owes_reply",
     "redelivery_delay",
-    "reply_of",
 ]
 
 _log = logs.get("seat.dispatcher")
@@ -373,54 +368,19 @@ class Dispatcher:
         trigger = _trigger_of(d)
         if trigger is None:
             return
-        await self._set_message(
+        await set_message(
+            self.ctx.coord,
             trigger.payload,
-            {"status": "dead_lettered", "dead_lettered_at": _now_iso(), "num_delivered": d.num_delivered},
+            {"status": "dead_lettered", "dead_lettered_at": now_iso(), "num_delivered": d.num_delivered},
             if_unset={"error": reason},
         )
 
     # -- one delivery --------------------------------------------------------------------------
 
-    async def _set_message(
-        self,
-        payload: Mapping[str, Any],
-        fields: Mapping[str, Any],
-        *,
-        if_unset: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Write ``fields`` (and ``if_unset`` where the record has no value) into the status of the
-        API message ``payload`` names (CO-8); a payload without ``message_id`` is not one."""
-        message_id = payload.get("message_id") if isinstance(payload, Mapping) else None
-        if not message_id or self.ctx.coord is None:
-            return
-        # compare-and-set at the revision read: a status write delayed past a partition cannot land
-        # over a newer one written meanwhile (e.g. by the seat's successor)
-        for _ in range(5):
-            try:
-                entry = await self.ctx.coord.get("messages", str(message_id))
-                record = json.loads(entry.value) if entry is not None else {"message_id": message_id}
-                record.update(fields)
-                for key, value in (if_unset or {}).items():
-                    if record.get(key) is None:
-                        record[key] = value
-                await self.ctx.coord.update(
-                    "messages",
-                    str(message_id),
-                    json.dumps(record).encode(),
-                    revision=entry.revision if entry is not None else 0,
-                )
-                return
-            except RevisionConflict:
-                continue
-            except CoordinationUnavailable as e:
-                _log.warning("message_status_unknown", message_id=message_id, error=str(e))
-                return
-        _log.warning("message_status_contended", message_id=message_id)
-
     async def _set_messages(self, trigger: Trigger, **fields: Any) -> None:
         """Write ``fields`` into the status of every API message the trigger stands for (CO-8, CO-38)."""
         await asyncio.gather(
-            *(self._set_message(part.payload, fields) for part in trigger.parts or (trigger,))
+            *(set_message(self.ctx.coord, part.payload, fields) for part in trigger.parts or (trigger,))
         )
 
     async def _handle_busy(self, handle: str, box: Mailbox, group: list[Delivery]) -> None:
@@ -604,7 +564,7 @@ class Dispatcher:
         reply = reply_of(result)
         # the reply comment lands before the ledger rows: a crash in between reruns the turn, and
         # the comment's derived op id collapses the repeat (once per message, CO-8)
-        await self._comment_replies(handle, epoch, trigger, result, reply)
+        await comment_replies(ctx, handle, epoch, trigger, result, reply)
         for event_id in ids:
             await self.ledger.record(handle, event_id, {"turn_id": turn_id, "outcome": result.outcome})
         _log.info(
@@ -619,52 +579,11 @@ class Dispatcher:
         )
         await asyncio.gather(
             *(
-                self._set_message(part.payload, message_status(part, result, reply))
+                set_message(self.ctx.coord, part.payload, message_status(part, result, reply))
                 for part in trigger.parts or (trigger,)
             )
         )
         await asks.answered(ctx, self.bus, handle, trigger, result)  # a2a_request's reply (CO-36)
-
-    async def _comment_replies(
-        self, handle: str, epoch: int, trigger: Trigger, result: TurnResult, reply: str
-    ) -> None:
-        """Post the reply to every engine-owed API message naming a ``work_item`` as a comment on
-        that item, authored by the seat (CO-8), once per message.
-
-        The comment's op id is derived from the message id (ES-6), so a rerun of the same message
-        (a crash before its ledger row) collapses into the first comment. Fenced like the turn's
-        own writes (FL-74). A failure is logged ``message_reply_comment_failed`` and never fails
-        the delivery: the reply is on the message either way. The comment wakes nobody (it is the
-        engine's copy of an answer the API caller reads, not a seat's remark, CO-41).
-        """
-        if not reply.strip():
-            return
-        calls = SeatCalls(open_router(self.ctx), seat=handle, epoch=epoch)
-        for part in trigger.parts or (trigger,):
-            message_id = part.payload.get("message_id")
-            key = part.work_item_key
-            if not key or not isinstance(message_id, str) or not owes_reply(part):
-                continue
-            if message_status(part, result, reply)["status"] != "answered":
-                continue
-            at = part.at
-            op_id = estate.derive_op_id(
-                f"reply-{key}", message_id, at_ms=int(at.timestamp() * 1000) if at is not None else 0
-            )
-            try:
-                await calls.comment_on_work_item(
-                    key, reply, author=f"seat:{handle}", author_kind="agent", op_id=op_id
-                )
-            except (estate.EstateError, RouterError) as e:
-                _log.warning(
-                    "message_reply_comment_failed",
-                    seat=handle,
-                    message_id=message_id,
-                    work_item=key,
-                    error=f"{type(e).__name__}: {e}",
-                )
-                continue
-            _log.info("message_reply_commented", seat=handle, message_id=message_id, work_item=key)
 
     def _workspace(
         self, handle: str, epoch: int, turn_id: str, *, basis: str | None = None
@@ -718,59 +637,6 @@ def _conversations(batch: list[Delivery]) -> list[list[Delivery]]:
     return partition(batch, _trigger_of)
 
 
-def reply_of(result: TurnResult) -> str:
-    """The reply a turn leaves for an API message (CO-8): its final artifact
-    (:attr:`TurnResult.reply <shared.turns.TurnResult.reply>`: the reviewer's, else the executor's
-    last text, else the submission's summary); "" when it has none."""
-    return result.reply
-
-
-def owes_reply(trigger: Trigger) -> bool:
-    """True when the engine owes the sender the turn's reply (CO-8, CO-31: ``reply_mode``
-    ``engine``). An API message published before the route set ``reply_mode`` counts too."""
-    return trigger.reply_mode == "engine" or (
-        trigger.type == "external_notification"
-        and trigger.source == "api"
-        and "reply_mode" not in trigger.payload
-    )
-
-
-def message_status(trigger: Trigger, result: TurnResult, reply: str) -> dict[str, Any]:
-    """What ``GET /messages/{id}`` says after the turn for one API message (CO-8, issue 14).
-
-    ``failed`` (with ``outcome``, ``error_kind`` and ``error``) for a failed turn, for one that
-    ended ``incomplete``, and for an engine-owed message the turn left with no reply and no
-    delivering call (never ``answered`` for a turn that delivered nothing); otherwise
-    ``answered`` with the reply, which clears an earlier attempt's ``error`` and ``error_kind``.
-
-    Args:
-        trigger: The message's own trigger (one part of a merged one).
-        result: The turn that ran it.
-        reply: :func:`reply_of` the result.
-
-    Returns:
-        The fields to write: ``status``, ``reply``, ``turn_id``, ``outcome``, ``error_kind``,
-        ``error``, and ``retry_in_seconds`` cleared (it belongs to a ``queued`` attempt).
-    """
-    base: dict[str, Any] = {"turn_id": result.turn_id, "outcome": result.outcome, "retry_in_seconds": None}
-    if result.failed:
-        kind = result.error_kind or result.outcome
-        return {**base, "status": "failed", "reply": None, "error_kind": kind, "error": result.error or kind}
-    if result.outcome == "incomplete":
-        error = result.error or "the turn ended incomplete: it stopped before it finished the work"
-        return {
-            **base,
-            "status": "failed",
-            "reply": None,
-            "error_kind": result.error_kind or "incomplete",
-            "error": error,
-        }
-    if owes_reply(trigger) and not reply.strip() and not result.delivered_any:
-        error = f"the turn ended {result.outcome} with no reply to a message that is owed one"
-        return {**base, "status": "failed", "reply": None, "error_kind": "no_reply", "error": error}
-    return {**base, "status": "answered", "reply": reply, "error_kind": None, "error": None}
-
-
 def redelivery_delay(step: float, asked: float | None, *, rng: Callable[[], float] = random.random) -> float:
     """Seconds a turn's delivery waits before it is redelivered (issue 14, CO-7).
 
@@ -787,7 +653,3 @@ def redelivery_delay(step: float, asked: float | None, *, rng: Callable[[], floa
     if asked is not None:
         return max(0.0, asked)
     return step * (1.0 + REDELIVERY_JITTER * rng())
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

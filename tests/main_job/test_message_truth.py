@@ -14,7 +14,7 @@ backoff (a redelivery holds its seat):
 - ``docs``: a 500 on every attempt. After the last allowed delivery (``stream.max_deliver: 3``) the
   message reads ``dead_lettered`` and keeps the last attempt's error.
 
-The status rules themselves (:func:`services.seats.dispatcher.message_status`) are pinned below
+The status rules themselves (:func:`services.seats.messages.message_status`) are pinned below
 without a node.
 """
 
@@ -30,7 +30,8 @@ from typing import Any
 import httpx
 import pytest
 
-from services.seats.dispatcher import message_status, owes_reply, redelivery_delay
+from services.seats.dispatcher import redelivery_delay
+from services.seats.messages import message_status, owes_reply
 from shared.turns import Trigger
 from tests.support.llm_servers import Reply
 from tests.support.procs import TOKEN, Node, free_port, node_file
