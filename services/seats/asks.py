@@ -30,6 +30,8 @@ from shared.bus import Bus, BusError
 from shared.coordination import Coordination, CoordinationUnavailable
 from shared.turns import Trigger, TurnResult
 
+from . import messages
+
 __all__ = ["admit", "answered", "bound", "reply_of"]
 
 _log = logs.get("seat.asks")
@@ -133,9 +135,7 @@ def reply_of(result: TurnResult) -> tuple[str, bool]:
         without one (failed, ``incomplete``, or no text), the note names the outcome and the
         error kind.
     """
-    text = result.reply.strip()
-    for secret in sorted(result.redact, key=len, reverse=True):
-        text = text.replace(secret, "[redacted]")
+    text = messages.reply_of(result).strip()
     if text and not result.failed and result.outcome != "incomplete":
         evidence = result.submission.evidence.strip() if result.submission is not None else ""
         if result.outcome == "blocked" and evidence:

@@ -27,10 +27,14 @@ _log = logs.get("seat.dispatcher")
 
 
 def reply_of(result: TurnResult) -> str:
-    """The reply a turn leaves for an API message (CO-8): its final artifact
+    """The reply a turn leaves for an API message or an ask (CO-8, CO-36): its final artifact
     (:attr:`TurnResult.reply <shared.turns.TurnResult.reply>`: the reviewer's, else the executor's
-    last text, else the submission's summary); "" when it has none."""
-    return result.reply
+    last text, else the submission's summary) with the turn's resolved secret values masked
+    ``[redacted]``, as on its record; "" when it has none."""
+    text = result.reply
+    for secret in sorted(result.redact, key=len, reverse=True):
+        text = text.replace(secret, "[redacted]")
+    return text
 
 
 def owes_reply(trigger: Trigger) -> bool:

@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from services.seats.dispatcher import redelivery_delay
-from services.seats.messages import message_status, owes_reply
+from services.seats.messages import message_status, owes_reply, reply_of
 from shared.turns import Trigger
 from tests.support.llm_servers import Reply
 from tests.support.procs import TOKEN, Node, free_port, node_file
@@ -215,6 +215,12 @@ def test_message_status_never_reads_answered_for_nothing_delivered() -> None:
         "error_kind": None,
         "error": None,
     }
+
+
+def test_the_reply_masks_the_turns_secrets_as_its_record_does() -> None:
+    # a resolved ${NAME} reaches the model; a model that repeats it must not publish it
+    result = SimpleNamespace(reply="The token is s3cr3t-value, use it.", redact=("s3cr3t-value",))
+    assert reply_of(result) == "The token is [redacted], use it."  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("rng", "expected"), [(0.0, 4.0), (0.999, 4.0 * 1.24975)])
