@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span, Status, StatusCode
@@ -228,11 +229,21 @@ class Rounds:
                 "crewlet.phase": phase.phase,
             },
         ) as span:
+            done = self._done_before(call, tool)
             try:
-                outcome = await tools.execute(call, self.ctx)
+                outcome = _AlreadyDone.of(done) if done is not None else await tools.execute(call, self.ctx)
             except Exception as exc:
                 self._keep(n, seq, call, tool, wall, t0, f"{type(exc).__name__}: {exc}")
                 raise
+            if done is not None:
+                span.set_attribute("crewlet.tool.already_done", done.seq)
+                _log.info(
+                    "tool_call_already_done",
+                    turn_id=self.turn_id,
+                    tool=call.name,
+                    iteration=phase.iteration,
+                    first_seq=done.seq,
+                )
             content = e.clean(outcome.content)
             if outcome.is_error:
                 span.set_status(Status(StatusCode.ERROR, outcome.error or ""))
@@ -270,6 +281,31 @@ class Rounds:
         await self._record("tool_finished", r.start, execution)
         return execution
 
+    def _done_before(self, call: ToolCall, tool: Any) -> ToolExecution | None:
+        """The earlier iteration's successful call this one repeats, if any (CO-30).
+
+        A later executor iteration carries the prior-work ledger in its prompt, but a model may
+        still repeat a write word for word. A write (a fenced or delivering tool) whose name and
+        arguments equal a successful write of an earlier iteration of this turn is not run again:
+        the model reads the first call's result marked ``already_done`` (ours). Reads run again.
+        """
+        if self.phase.iteration <= 1 or tool is None or not (tool.fenced or tool.delivers):
+            return None
+        if call.arguments is None:
+            return None
+        wanted = json.dumps(call.arguments, sort_keys=True, default=str)
+        for prior in self.result.tool_calls:
+            if (
+                prior.iteration < self.phase.iteration
+                and prior.phase == "execute"
+                and prior.name == call.name
+                and not prior.is_error
+                and prior.arguments is not None
+                and json.dumps(prior.arguments, sort_keys=True, default=str) == wanted
+            ):
+                return prior
+        return None
+
     def _keep(self, n: int, seq: int, call: ToolCall, tool: Any, wall: float, t0: float, error: str) -> None:
         """Record the call a defect broke, so the partial record shows where it died (CO-18)."""
         self.result.tool_calls.append(
@@ -293,4 +329,29 @@ class Rounds:
                 phase=self.phase.phase,
                 iteration=self.phase.iteration,
             )
+        )
+
+
+@dataclass(frozen=True)
+class _AlreadyDone:
+    """The outcome handed back for a write an earlier iteration already made (see
+    :meth:`Rounds._done_before`): not an error, not a new delivery, the first call's result."""
+
+    content: str
+    result: Any
+    is_error: bool = False
+    error: str | None = None
+    error_code: str | None = None
+    delivered: bool = False
+
+    @classmethod
+    def of(cls, prior: ToolExecution) -> _AlreadyDone:
+        """The outcome that points the model at ``prior`` (call ``seq`` of this turn)."""
+        note = (
+            f"already done in an earlier pass of this turn (call {prior.seq}); not run again. "
+            "Its result follows."
+        )
+        return cls(
+            json.dumps({"already_done": True, "note": note, "result": prior.result}, default=str),
+            prior.result,
         )

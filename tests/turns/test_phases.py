@@ -110,6 +110,34 @@ async def test_self_iterate_then_done_runs_two_iterations_without_repeating_writ
     assert events == ["agent_phase_started", "agent_phase_completed"] * 4
 
 
+async def test_a_write_repeated_word_for_word_in_a_later_pass_is_not_run_again() -> None:
+    # the tryout's case: the model ignores the ledger and makes the same comment again
+    estate = Estate()
+    await _seed(estate)
+    comment = ("comment_on_work_item", {"key": "SUP-1", "body": "Looking into it."})
+    other = ("comment_on_work_item", {"key": "SUP-1", "body": "Root cause found."})
+    script = [openai_tools(comment), _submit(summary="commented")]
+    script += [openai_tools(comment), openai_tools(other), _submit(summary="commented again")]
+    with OpenAIServer(script) as server:
+        server.reviews += [
+            review_reply(OpenAIServer, "self_iterate", "Say what the root cause is."),
+            review_reply(OpenAIServer, "done", "Fine."),
+        ]
+        eng = _server_engine(server)
+        try:
+            result = await eng.run("lead", wake("SUP-1"), workspace=estate.workspace("lead"))
+        finally:
+            await eng.providers.aclose()
+        repeated = _results(server.seen[3].body)[-1]
+    assert (result.outcome, result.iterations) == ("delivered", 2), result.error
+    bodies = [c["body"] for c in estate.comments["SUP-1"]]
+    assert bodies == ["Looking into it.", "Root cause found."], bodies
+    assert repeated["already_done"] is True and "call 1" in repeated["note"]
+    again = [t for t in result.tool_calls if t.iteration == 2 and t.name == "comment_on_work_item"]
+    assert [(t.is_error, t.delivered) for t in again] == [(False, False), (False, True)]
+    assert result.deliveries == ["comment_on_work_item", "comment_on_work_item"]
+
+
 async def test_prose_twice_then_submit_work_completes() -> None:
     # CO-32's check, first half: two correctives, then the closing call.
     script = [openai_text("Thinking."), openai_text("Still thinking."), _submit(summary="answered")]
