@@ -21,7 +21,15 @@ from shared.router import RouterError, SeatCalls, open_router
 from shared.runtime import NodeContext
 from shared.turns import Trigger, TurnResult
 
-__all__ = ["comment_replies", "message_status", "now_iso", "owes_reply", "reply_of", "set_message"]
+__all__ = [
+    "comment_replies",
+    "fit_comment",
+    "message_status",
+    "now_iso",
+    "owes_reply",
+    "reply_of",
+    "set_message",
+]
 
 _log = logs.get("seat.dispatcher")
 
@@ -150,7 +158,7 @@ async def comment_replies(
         )
         try:
             await calls.comment_on_work_item(
-                key, reply, author=f"seat:{handle}", author_kind="agent", op_id=op_id
+                key, fit_comment(reply, message_id), author=f"seat:{handle}", author_kind="agent", op_id=op_id
             )
         except (estate.EstateError, RouterError) as e:
             _log.warning(
@@ -167,3 +175,15 @@ async def comment_replies(
 def now_iso() -> str:
     """Now as RFC 3339 UTC with microseconds (``2026-11-30T01:27:05.391287Z``)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def fit_comment(reply: str, message_id: str) -> str:
+    """``reply`` as a comment body within :data:`shared.estate.COMMENT_LIMIT` bytes (UTF-8): whole
+    when it fits, else cut at a character boundary with a last line saying so and where the whole
+    reply is (``GET /messages/{message_id}``; the message keeps it uncut)."""
+    raw = reply.encode()
+    if len(raw) <= estate.COMMENT_LIMIT:
+        return reply
+    note = f"\n\n[reply cut to fit a comment; the whole reply: GET /messages/{message_id}]"
+    room = estate.COMMENT_LIMIT - len(note.encode())
+    return raw[:room].decode("utf-8", "ignore") + note

@@ -10,8 +10,11 @@ so a repeat inside the stream's duplicate window is stored once.
 ``delegation_chain`` = the asker's chain with the requester appended (top level and in the payload,
 where :class:`shared.turns.Trigger` keeps it), ``parent_turn_id`` = the asking turn, payload
 ``{source, text, brief, sender, reply_mode: engine, channel_id, delegation_chain, asked_by: {seat,
-turn_id, work_item}}``. ``a2a_message``: the asker's own depth and chain again (an answer is not a
-further delegation), ``parent_turn_id`` = the answering turn, payload ``{source, text, brief,
+turn_id, work_item}}``. ``a2a_message``: the request's depth and chain (ours: the answer wakes
+the asker one hop deeper than its ask, so two seats that ask each other again on every answer stop
+at ``turn_engine.delegation_depth_limit`` after a few round trips instead of asking forever — the
+tryout saw 258 channels in 30 s when the answer went back at the asker's own depth),
+``parent_turn_id`` = the answering turn, payload ``{source, text, brief,
 answer, outcome, sender, reply_mode: none, channel_id, work_item?}``; ``text`` quotes the brief and
 the answer, so the asker's next prompt shows both whatever renders it.
 
@@ -113,7 +116,7 @@ def answer_envelope(channel: Channel) -> Envelope:
         "sender": channel.target,
         "reply_mode": "none",
         "channel_id": channel.channel_id,
-        "delegation_chain": list(channel.delegation_chain[:-1]),
+        "delegation_chain": list(channel.delegation_chain),
     }
     item = channel.asker_work_item
     key = item.get("key") if item else None
@@ -125,8 +128,8 @@ def answer_envelope(channel: Channel) -> Envelope:
         "a2a_message",
         source=SOURCE,
         payload=payload,
-        delegation_depth=max(channel.delegation_depth - 1, 0),
-        delegation_chain=list(channel.delegation_chain[:-1]),
+        delegation_depth=channel.delegation_depth,
+        delegation_chain=list(channel.delegation_chain),
         parent_turn_id=channel.answer_turn_id,
         **fields,
     )

@@ -51,6 +51,7 @@ from ._seed import company_seed
 from ._service import EstateService
 from ._store import EstateStore
 from ._sweep import LedgerSweeper, record_watermark, sweep_ledger
+from ._tracker import COMMENT_LIMIT
 from ._trim import TERMS, TrimConclusion, conclude
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
     "slice_subject",
     "BUCKETS",
     "DOMAINS",
+    "COMMENT_LIMIT",
     "EVENT_LIMIT",
     "MAX_FILE",
     "OPS",

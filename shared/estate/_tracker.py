@@ -32,6 +32,7 @@ from ._schema import T_PROJECTS, T_WATCHERS, Project, Task
 __all__ = [
     "BODY_LIMIT",
     "BUILTIN_TYPES",
+    "COMMENT_LIMIT",
     "EXTERNAL_LIMIT",
     "KEY_RE",
     "LABEL_LIMIT",
@@ -68,6 +69,7 @@ BODY_LIMIT = 32 * 1024
 """Largest work item body in bytes (§21: ``task_body_revisions.body`` ≤ 32 KiB)."""
 TITLE_LIMIT = 300
 COMMENT_LIMIT = 32 * 1024
+"""Largest comment body in bytes (UTF-8)."""
 MAX_DEPTH = 5
 MAX_WATCHERS = 64
 EXTERNAL_LIMIT = 200

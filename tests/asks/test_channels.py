@@ -109,7 +109,8 @@ async def test_answer_closes_and_wakes_the_asker_once(kit: Kit) -> None:
     assert closed.closed_at == "2026-11-30T09:03:00.000000Z"
     [(env, headers)] = await kit.inbox("lead")
     assert headers["Nats-Msg-Id"] == f"a2a:{cid}:answer"
-    assert (env.type, env.delegation_depth, env.parent_turn_id) == ("a2a_message", 0, "turn-b")
+    # one hop deeper than the ask (the request's depth): ask-on-every-answer loops reach the cap
+    assert (env.type, env.delegation_depth, env.parent_turn_id) == ("a2a_message", 1, "turn-b")
     assert env.payload["answer"] == "Pong." and env.payload["reply_mode"] == "none"
     assert "Ping?" in env.payload["text"] and "Pong." in env.payload["text"]
 

@@ -127,7 +127,7 @@ def test_a_asks_b_and_the_answer_is_a_next_trigger(start_node: Callable[..., Nod
         lead = wait_for("lead's two turns", lead_turns, node=node)
         assert [t["trigger"]["type"] for t in lead] == ["external_notification", "a2a_message"]
         assert lead[1]["trigger"]["payload"]["answer"] == ANSWER
-        assert lead[1]["trigger"]["delegation_depth"] == 0 and lead[1]["trigger"]["reply_mode"] == "none"
+        assert lead[1]["trigger"]["delegation_depth"] == 1 and lead[1]["trigger"]["reply_mode"] == "none"
 
         events = node.events()
         opened = [e for e in events if e.get("event") == "a2a_channel_opened"]
@@ -154,7 +154,8 @@ def test_a_depth_3_chain_is_refused_with_depth_cap(start_node: Callable[..., Nod
 
         [result] = wait_for("triage's refused ask", refused, node=node)[:1]
         assert "lead" in result.content["error"] and result.content["field"] == "handle"
-        # the chain unwinds: triage answers docs, docs answers dev; lead is never asked
+        # the chain unwinds: triage answers docs, docs answers dev, each answer at its ask's depth
+        # (a round trip never makes a seat shallower); lead is never asked
         wait_for(
             "dev's turn on docs' answer",
             lambda: any(t["trigger"]["type"] == "a2a_message" for t in _records(node, "dev")),
@@ -165,8 +166,8 @@ def test_a_depth_3_chain_is_refused_with_depth_cap(start_node: Callable[..., Nod
             for seat in ("dev", "docs", "triage")
         }
         assert depths["triage"] == [("a2a_request", 2)]
-        assert depths["docs"] == [("a2a_request", 1), ("a2a_message", 1)]
-        assert depths["dev"] == [("external_notification", 0), ("a2a_message", 0)]
+        assert depths["docs"] == [("a2a_request", 1), ("a2a_message", 2)]
+        assert depths["dev"] == [("external_notification", 0), ("a2a_message", 1)]
         assert _records(node, "lead") == [] and _executor_requests(llm, "lead") == []
 
         # an a2a_request already at the limit, straight into lead's inbox: refused at intake (CO-11 step 4)

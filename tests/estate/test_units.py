@@ -150,6 +150,8 @@ def test_good_file_paths_pass() -> None:
 
 ESTATE_API = {
     "Answer",
+    # issue 14: a message's reply comment is cut to fit (CO-8)
+    "COMMENT_LIMIT",
     # issue 12: the divided search (ES-62..ES-64)
     "DIVIDE_AT",
     "SLICE_WAIT",

@@ -31,7 +31,8 @@ import httpx
 import pytest
 
 from services.seats.dispatcher import redelivery_delay
-from services.seats.messages import message_status, owes_reply, reply_of
+from services.seats.messages import fit_comment, message_status, owes_reply, reply_of
+from shared import estate
 from shared.turns import Trigger
 from tests.support.llm_servers import Reply
 from tests.support.procs import TOKEN, Node, free_port, node_file
@@ -215,6 +216,14 @@ def test_message_status_never_reads_answered_for_nothing_delivered() -> None:
         "error_kind": None,
         "error": None,
     }
+
+
+def test_a_reply_too_long_for_a_comment_is_cut_to_fit_and_says_where_the_rest_is() -> None:
+    # the tryout's 200 000-character reply: the comment failed whole and only a log line said so
+    assert fit_comment("short", "m1") == "short"
+    cut = fit_comment("é" * 100_000, "m1")
+    assert len(cut.encode()) <= estate.COMMENT_LIMIT
+    assert cut.startswith("é" * 1000) and cut.endswith("the whole reply: GET /messages/m1]")
 
 
 def test_the_reply_masks_the_turns_secrets_as_its_record_does() -> None:
