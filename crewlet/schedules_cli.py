@@ -50,7 +50,7 @@ def _print_view(view: dict[str, Any], out: Console) -> None:
         "on",
         "catchup",
         "next fire (UTC)",
-        "local",
+        "fire label (local)",
         "last slot",
     ):
         table.add_column(col)

@@ -371,7 +371,12 @@ class Dispatcher:
         await set_message(
             self.ctx.coord,
             trigger.payload,
-            {"status": "dead_lettered", "dead_lettered_at": now_iso(), "num_delivered": d.num_delivered},
+            {
+                "status": "dead_lettered",
+                "dead_lettered_at": now_iso(),
+                "num_delivered": d.num_delivered,
+                "retry_in_seconds": None,  # no retry follows a dead letter
+            },
             if_unset={"error": reason},
         )
 

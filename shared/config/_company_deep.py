@@ -96,7 +96,8 @@ class DeepChecks:
                     self._llm_refs(item, join_path(path, phase))
 
     def roles(self) -> None:
-        """Each role's ``llm`` / ``llm_review`` names a declared provider (CO-3, CO-9)."""
+        """Each role's ``llm`` / ``llm_review`` names a declared provider (CO-3, CO-9); placements
+        and schedules only on agent roles (FL-57, CO-33)."""
         for role in self.org.roles:
             self._llm_refs(role.data.get("llm"), f"{role.path}.llm")
             self._llm_refs(role.data.get("llm_review"), f"{role.path}.llm_review")
@@ -106,6 +107,12 @@ class DeepChecks:
             if isinstance(placement, dict) and isinstance(placement.get("labels"), dict):
                 self._labels(placement["labels"], f"{role.path}.placement.labels")
             self._schedule_names(role.data.get("schedules"), f"{role.path}.schedules")
+            if role.kind == "human" and role.data.get("schedules"):
+                self.add(
+                    f"{role.path}.schedules",
+                    "conflict",
+                    "a human seat runs no turns, so its schedules would never fire (CO-33); put them on an agent role",
+                )
         for unit in self.org.units:
             self._schedule_names(unit.data.get("schedules"), f"{unit.path}.schedules")
         servers = self._server_names()

@@ -13,7 +13,8 @@ Refusals are error results the model reads, each with a ``code``:
 - ``depth_cap`` (``handle``): the request would arrive at ``delegation_depth`` ≥
   ``turn_engine.delegation_depth_limit`` (3, CO-11), where the dispatcher refuses it anyway; asking
   it here would spend a turn on a refusal;
-- ``invalid_arguments`` (``brief``): a blank brief;
+- ``invalid_arguments`` (``brief``): a blank brief, or one longer than :data:`BRIEF_LIMIT`
+  (32 000 characters, the size of an API message's text, CO-8);
 - ``unavailable``: the turn runs without a bound :class:`shared.channels.AskScope` (no bus), or the
   store or the broker could not be asked (retry later).
 
@@ -36,6 +37,9 @@ from ._errors import ToolFailed, WorkspaceUnavailable
 from ._registry import Tool, ToolAnnotations, ToolContext
 
 __all__ = ["AskRefused", "a2a_ask_tool"]
+
+BRIEF_LIMIT = 32_000
+"""Longest brief in characters: the size of an API message's text (CO-8, ours)."""
 
 
 class AskRefused(ToolFailed):
@@ -131,7 +135,7 @@ def a2a_ask_tool() -> Tool:
             "type": "object",
             "properties": {
                 "handle": {"type": "string", "minLength": 1},
-                "brief": {"type": "string", "minLength": 1},
+                "brief": {"type": "string", "minLength": 1, "maxLength": BRIEF_LIMIT},
             },
             "required": ["handle", "brief"],
             "additionalProperties": False,

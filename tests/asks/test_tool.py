@@ -78,6 +78,10 @@ async def test_refusals_name_the_field_and_code(kit: Kit) -> None:
         body = json.loads(out.content)
         assert out.is_error and out.error_code == code, (code, out.content)
         assert body["field"] == ("brief" if code == "invalid_arguments" else "handle")
+    with channels.bind(_scope(kit)):
+        huge = await _ask(ctx, handle="dev", brief="x" * 32_001)  # larger than an API message may be
+    assert huge.is_error and huge.error_code == "invalid_arguments" and "brief" in huge.content
+    assert "32000" in huge.content
     no_scope = await _ask(ctx, handle="dev", brief="hi")  # a turn run without a dispatcher's bus
     assert no_scope.is_error and no_scope.error_code == "unavailable"
     assert await channels.list_channels(kit.coord) == [] and await kit.inbox("dev") == []

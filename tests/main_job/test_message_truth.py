@@ -163,6 +163,7 @@ def test_every_status_through_a_real_turn(start_node: Callable[..., Node], tmp_p
         letter = _until(node, dead, "dead_lettered", timeout=40)
         assert letter["error_kind"] == "llm_unavailable" and "server" in letter["error"]
         assert letter["num_delivered"] == MAX_DELIVER and letter["dead_lettered_at"]
+        assert letter["retry_in_seconds"] is None  # no retry follows
         assert attempts["dead"] == MAX_DELIVER
         (lettered,) = [e for e in node.events() if e.get("event") == "inbox_dead_lettered"]
         assert lettered["seat"] == "docs" and lettered["num_delivered"] == MAX_DELIVER

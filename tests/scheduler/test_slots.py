@@ -38,6 +38,16 @@ def test_schedules_are_not_inert_any_more() -> None:
     assert not [p for p in inert_paths(company) if "schedul" in p]
 
 
+def test_a_schedule_on_a_human_role_is_refused_naming_it() -> None:
+    # the tryout's case: it validated, then vanished from GET /schedules and never fired
+    data = company_data([])
+    data["units"][0]["roles"][2]["schedules"] = [{"name": "pulse", "cron": "0 9 * * *", "task": "t"}]
+    company, issues = validate_company_data(data)
+    assert company is None
+    [issue] = [i for i in issues if i.path.endswith("schedules")]
+    assert issue.path == "units[0].roles[2].schedules" and "human seat runs no turns" in issue.message
+
+
 def test_unit_targets_each_agent_role_or_the_lead_never_a_human() -> None:
     org = org_of(
         company_data(
