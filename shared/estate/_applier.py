@@ -47,6 +47,7 @@ from ._ids import GENERATION, STREAMS, op_id_instant
 from ._record import Record
 from ._schema import T_LEDGER
 from ._store import EstateStore
+from ._tasks import stop_task
 
 __all__ = ["LAGGING_RECORDS", "ApplyOutcome", "ApplyFn", "Applier", "CopyState"]
 
@@ -325,12 +326,7 @@ class Applier:
         self._stopping = True
         self._running.set()
         if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), 5.0)
-            except (TimeoutError, asyncio.CancelledError):
-                self._task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._task
+            await stop_task(self._task, name=f"estate-applier-{self.domain}", grace=5.0)
             self._task = None
 
     def pause(self) -> None:
@@ -409,24 +405,35 @@ class Applier:
                     self._sub = await self._js.pull_subscribe_bind(self._durable, self.stream)
                 msgs = await self._sub.fetch(self._batch, timeout=1.0)
                 errors = 0
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, TimeoutError) as e:
+                if self._sub is None:  # the bind itself timed out: a reader error, below
+                    errors = await self._reader_error(e, errors)
+                    continue
+                # nothing arrived within the fetch's second; nats-py sometimes says so with a bare
+                # TimeoutError (an OSError), which is no more a reader error than its own kind
                 self._level()
                 continue
             except (nats.js.errors.APIError, nats.errors.Error, OSError) as e:
-                errors += 1
-                _log.warning("statelog_reader_error", domain=self.domain, error=f"{type(e).__name__}: {e}")
-                await asyncio.sleep(min(0.25 * errors, 2.0))
-                if errors >= 3:
-                    with contextlib.suppress(Exception):
-                        await self._reconcile_or_create()
-                    if self._sub is not None:
-                        with contextlib.suppress(Exception):
-                            await self._sub.unsubscribe()
-                    self._sub = None
+                errors = await self._reader_error(e, errors)
                 continue
             if not msgs:
                 continue
             await self._apply_msgs(msgs)
+
+    async def _reader_error(self, e: BaseException, errors: int) -> int:
+        """Log a failed bind or fetch, back off, and after three in a row re-check the consumer
+        and bind afresh; return the new count of errors in a row."""
+        errors += 1
+        _log.warning("statelog_reader_error", domain=self.domain, error=f"{type(e).__name__}: {e}")
+        await asyncio.sleep(min(0.25 * errors, 2.0))
+        if errors >= 3:
+            with contextlib.suppress(Exception):
+                await self._reconcile_or_create()
+            if self._sub is not None:
+                with contextlib.suppress(Exception):
+                    await self._sub.unsubscribe()
+            self._sub = None
+        return errors
 
     async def _reconcile_or_create(self) -> None:
         try:

@@ -58,6 +58,7 @@ from ._log import StateLog
 from ._schema import EstateModel
 from ._snapshot import SnapshotFailed, SnapshotKeeper, incompatibility
 from ._store import EstateStore
+from ._tasks import stop_task
 
 __all__ = [
     "CHUNK",
@@ -222,12 +223,7 @@ class CatchUp:
         """Stop asking; a join in progress gives up at once (before its install)."""
         self._stopping = True
         if self._task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._task), 10.0)
-            if not self._task.done():
-                self._task.cancel()
-                with contextlib.suppress(BaseException):
-                    await self._task
+            await stop_task(self._task, name="estate-catchup", grace=10.0)
             self._task = None
 
     # -- holds ----------------------------------------------------------------------------------------

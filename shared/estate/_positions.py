@@ -34,6 +34,7 @@ from ._ids import GENERATION
 from ._log import StateLog
 from ._storage import observe_storage
 from ._store import EstateStore
+from ._tasks import stop_task
 
 __all__ = ["HEARTBEAT", "PositionBeat"]
 
@@ -179,7 +180,5 @@ class PositionBeat:
     async def stop(self) -> None:
         """Stop beating."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task, name="estate-heartbeat")
             self._task = None

@@ -58,6 +58,7 @@ from ._ids import DOMAINS, GENERATION, STREAMS
 from ._record import RECORD_VERSION_READ
 from ._schema import EstateModel
 from ._store import EstateStore
+from ._tasks import stop_task
 
 __all__ = [
     "MANIFEST",
@@ -512,11 +513,13 @@ class SnapshotKeeper:
             self._stopping = False
             self._task = asyncio.create_task(self._loop(), name="estate-snapshots")
 
-    async def stop(self) -> None:
-        """Stop the loop (an attempt in hand finishes first: a snapshot is never left half-written)."""
+    async def stop(self, grace: float = 30.0) -> None:
+        """Stop the loop: an attempt in hand gets ``grace`` seconds to finish (a snapshot is never
+        left half-written: the artefact is switched by one rename), then the loop is cancelled —
+        an attempt stuck on a store or a broker that does not answer must not hold a node's stop
+        forever; what it leaves is a ``.tmp`` file the next start removes."""
         self._stopping = True
         self._wake.set()
         if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
+            await stop_task(self._task, name="estate-snapshots", grace=grace)
             self._task = None
