@@ -8,8 +8,12 @@ answers by rule instead of from a queue, so concurrent turns of many seats get t
 - ``--mode two``: a conversation with no tool result yet gets one ``create_work_item`` call (no
   assignee, so no other seat is woken); once a tool result is in it, one ``submit_work`` call. Two
   rounds, one tool call per round.
-- ``--mode one``: every request gets one ``submit_work`` call: one round per turn, so the bound of a
-  node is ``max_concurrent / delay`` turns per second.
+- ``--mode one``: every executor request gets one ``submit_work`` call: one executor round per
+  turn.
+
+In both modes a reviewer's request (its only tool is ``submit_review``, CO-30) gets
+``submit_review{decision: done}``: every turn adds one review round, so a ``one`` turn makes two
+model calls and the bound of a node is ``max_concurrent / (2 × delay)`` turns per second.
 
 ``--delay`` seconds are slept before each answer (the model's latency). It runs in its own process
 so its threads do not share the benchmark driver's interpreter lock.
@@ -65,10 +69,15 @@ def reply_for(body: Any, mode: str, project: str) -> dict[str, Any]:
 
     Args:
         body: The decoded request.
-        mode: ``one`` or ``two`` (see the module docstring).
+        mode: ``one`` or ``two`` (see the module docstring); a review request is answered
+            ``done`` in both.
         project: The tracker project ``create_work_item`` files into.
     """
     messages = body.get("messages", []) if isinstance(body, dict) else []
+    tools = body.get("tools", []) if isinstance(body, dict) else []
+    names = [t.get("function", {}).get("name") for t in tools if isinstance(t, dict)]
+    if names == ["submit_review"]:  # the reviewer (CO-30): accept the executor's work
+        return _call("submit_review", {"decision": "done", "notes": "Reviewed by the bench"})
     has_result = any(isinstance(m, dict) and m.get("role") == "tool" for m in messages)
     if mode == "two" and not has_result:
         return _call(

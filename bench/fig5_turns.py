@@ -1,13 +1,15 @@
 """Figure 5: engine cost per turn with a zero-latency scripted model [floor: a bare FastAPI round trip +
 a raw publish → fetch → ack], and throughput with 200 ms model latency at ``node.max_concurrent`` 32
-[floor: the bound ``max_concurrent / model latency``, about 32 / 0.2 s = 160 turns/s].
+[floor: the bound ``max_concurrent / (model calls per turn × model latency)``, about 32 / (2 × 0.2 s)
+= 80 turns/s: every turn is an executor round and a review round since issue 14 (CO-30)].
 
 Both run a real node process (all four roles, ``stream.type: nats`` on a nats-server the benchmark
 started, so it can watch the node's KV buckets) whose seats use the ``openai-compatible`` provider
 against the scripted model server of :mod:`bench._llm`, in its own process.
 
-- **5a cost per turn**: ``POST /seats/s0000/messages``, then the turn: two model rounds with one tool
-  call each (``create_work_item`` through the estate router, then ``submit_work``), the knowledge
+- **5a cost per turn**: ``POST /seats/s0000/messages``, then the turn: two executor rounds with one
+  tool call each (``create_work_item`` through the estate router, then ``submit_work``) and one
+  review round (``submit_review``), the knowledge
   prefetch, the turn record, the ledger, the message status. The sample runs from sending the POST
   to the moment the node writes ``status: answered`` into the ``messages`` bucket (seen on a core
   subscription to ``$KV.crewlet_messages.>``, no polling). One turn at a time. The floor, per trial
@@ -15,12 +17,13 @@ against the scripted model server of :mod:`bench._llm`, in its own process.
   ``js.publish`` → ``fetch(1)`` → ``ack_sync`` on the same nats-server.
 - **5b throughput**: 40 seats (more than the 32 slots, so a seat's own gap between two turns does
   not idle a slot), ``max_concurrent: 32``, the model sleeping 200 ms and answering one
-  ``submit_work`` call (one round per turn, so the node's bound is ``32 / latency``). Envelopes are
+  ``submit_work`` call, then the reviewer's ``submit_review`` (two model calls per turn, so the
+  node's bound is ``32 / (2 × latency)``). Envelopes are
   published straight to the seats' inboxes (raw ``js.publish``, not the API) all at once; a turn
   completes when its ledger row is written (``$KV.crewlet_ledger.>``). The rate is taken over the
   middle 80 % of completions in 0.5 s windows: the median window and, as "p99", the 1st percentile
   window (99 % of windows were faster). The bound is measured in the same run: 20 model calls from
-  the benchmark give the model's real round trip L (200 ms + HTTP), and the bound is 32 / L.
+  the benchmark give the model's real round trip L (200 ms + HTTP), and the bound is 32 / (2 L).
   Before publishing, the benchmark waits until the node holds all 40 seats: with the fair-share
   policy a node claims at most 4 seats per 5 s sweep (FL-56), even alone, so that takes ~50 s.
 """
@@ -48,6 +51,8 @@ from ._result import Floor, Row, failed, p01, row_from
 __all__ = ["run"]
 
 _FLOOR_A = "bare FastAPI round trip + raw publish→fetch→ack"
+CALLS_PER_TURN = 2
+"""Model calls of one 5b turn: the executor's ``submit_work`` and the reviewer's ``submit_review``."""
 
 
 async def _cost(
@@ -179,7 +184,9 @@ def run(ctx: Ctx) -> list[Row]:
     params_a: dict[str, Any] = {
         "turns": n,
         "warmup": warmup,
-        "rounds": 2,
+        "rounds": 3,
+        "executor_rounds": 2,
+        "review_rounds": 1,
         "tool_calls_per_round": 1,
         "model_latency_s": 0,
     }
@@ -222,7 +229,7 @@ def run(ctx: Ctx) -> list[Row]:
         "max_concurrent": conc,
         "model_latency_s": delay,
         "turns": total,
-        "rounds": 1,
+        "rounds": CALLS_PER_TURN,
     }
     label_b = "5b throughput, 200 ms model, max_concurrent 32"
     ctx.say(f"figure 5b: {total} turns over {seats} seats")
@@ -241,12 +248,19 @@ def run(ctx: Ctx) -> list[Row]:
             ctx.say("figure 5b: publishing")
             finished = asyncio.run(_throughput(srv.url, seats, total))
         rates = _window_rates(finished)
-        bound = [conc / x for x in lat]
+        bound = [conc / (CALLS_PER_TURN * x) for x in lat]
         row = row_from(
-            label_b, "turns/s", rates, f"bound {conc} / model round trip", bound, parameters=params_b
+            label_b,
+            "turns/s",
+            rates,
+            f"bound {conc} / ({CALLS_PER_TURN} × model round trip)",
+            bound,
+            parameters=params_b,
         )
         if row.floor is not None:
-            row.floor = Floor(row.floor.name, conc / statistics.median(lat), p01(bound), len(lat))
+            row.floor = Floor(
+                row.floor.name, conc / (CALLS_PER_TURN * statistics.median(lat)), p01(bound), len(lat)
+            )
             row.parameters["model_round_trip_median_ms"] = round(statistics.median(lat) * 1000, 2)
             row.parameters["overall_rate"] = round((len(finished) - 1) / (finished[-1] - finished[0]), 1)
         rows.append(row)
