@@ -1,7 +1,7 @@
 """The estate WAL stays bounded under writes with readers always inside it (issue 11; ES-59, ES-92).
 
 A real node process (one data node on a real nats-server) with ``retention.wal_limit_bytes`` 2 MiB
-and ``retention.checkpoint_interval`` 1 s takes 2 500 work-item writes (``POST /work``, 24 at a time)
+and ``retention.checkpoint_interval`` 1 s takes 3 000 work-item writes (``POST /work``, 24 at a time)
 while reader loops keep hitting ``GET /work`` (listing and text filter) and ``GET /knowledge/search``,
 so some read transaction is nearly always open: SQLite's own passive auto-checkpoint is starved and
 without the engine's periodic ``wal_checkpoint(TRUNCATE)`` the WAL only grows. Each write carries
@@ -10,19 +10,21 @@ as a client would; every write must land once.
 
 The WAL (``<store.dir>/estate.db-wal``) is sampled every 20 ms: before the writes, its peak, and
 after the writes once a checkpoint ran. The bound asserted is :data:`WAL_BOUND` = :data:`WAL_LIMIT`
-+ :data:`INTERVAL_ALLOWANCE` (2 MiB + 3 MiB): the ``journal_size_limit`` plus what the writes can
-add before the next checkpoint resets the file (at ~60 writes/s one 1 s interval adds about 1 MiB;
-the allowance is three times that, for a checkpoint that waited out a reader and the transaction in
-flight). After the writes the WAL must be back under ``wal_limit``.
++ :data:`INTERVAL_ALLOWANCE` (2 MiB + 4 MiB): the ``journal_size_limit`` plus what the writes can
+add before the next checkpoint resets the file (at 50-70 writes/s one 1 s interval adds about
+1 MiB; the allowance is four times that, for a checkpoint that waited out a reader and the
+transaction in flight on a loaded machine — a CI run peaked at 4.65 MB). After the writes the WAL
+must be back under ``wal_limit``.
 
 Measured on a 2-core machine (``CREWLET_TEST_WAL_INTERVAL=1h`` runs the same test with the
-checkpoint loop effectively off), 2 500 writes in ~45 s:
+checkpoint loop effectively off), 3 000 writes in ~55 s:
 
-- checkpoints every 1 s: before 0.37 MB, peak 3.0 MB, after 0.5 MB (passes);
-- checkpoints off: before 0.37 MB, peak 7.0 MB (fails the peak bound): SQLite's passive
-  auto-checkpoint cannot reset a WAL some reader is always inside.
+- checkpoints every 1 s: before 0.37 MB, peak 3.1 MB, after 0.6 MB (passes);
+- checkpoints off: before 0.37 MB, peak 6.7 MB, after 5.0 MB and not shrinking (fails the peak
+  bound and the after bound): SQLite's passive auto-checkpoint cannot reset a WAL some reader is
+  always inside.
 
-(Issue 11 calibrated it at 4 MiB + 4 MiB and 5 000 writes, ~95 s; halved for the suite's time.)
+(Issue 11 calibrated it at 4 MiB + 4 MiB and 5 000 writes, ~95 s; cut for the suite's time.)
 
 Also here: ``wal_large`` (ES-92) raised and cleared by :func:`observe_storage` with a lowered
 threshold, on a real estate file.
@@ -47,13 +49,13 @@ from shared.estate._storage import observe_storage
 from tests.support.procs import REPO, TOKEN, NatsServer, Node, free_port, node_file
 
 H = {"Authorization": f"Bearer {TOKEN}"}
-WRITES = 2_500
+WRITES = 3_000
 CONCURRENCY = 24
 READERS = 8
 """Reader loops: enough that some read transaction is nearly always open."""
 WAL_LIMIT = 2 << 20
 """``retention.wal_limit_bytes`` of the test node (2 MiB)."""
-INTERVAL_ALLOWANCE = 3 << 20
+INTERVAL_ALLOWANCE = 4 << 20
 """What the writes may add to the WAL between checkpoints (see the module docstring)."""
 WAL_BOUND = WAL_LIMIT + INTERVAL_ALLOWANCE
 
@@ -98,7 +100,7 @@ async def _load(url: str, wal: Path) -> dict[str, Any]:
     """Write :data:`WRITES` items with readers running; sample the WAL throughout."""
     samples: list[int] = []
     done = asyncio.Event()
-    reads = {"work": 0, "search": 0, "failed": 0}
+    reads = {"work": 0, "search": 0, "failed": 0, "repeated": 0}
     failures: list[str] = []  # what a failed read answered, for the assertion message
     statuses: dict[int, int] = {}
     retried: list[str] = []  # what a write answered before it was repeated
@@ -108,21 +110,30 @@ async def _load(url: str, wal: Path) -> dict[str, Any]:
             samples.append(_size(wal))
             await asyncio.sleep(0.02)
 
+    async def get(client: httpx.AsyncClient, path: str, params: dict[str, Any]) -> httpx.Response:
+        # a GET is safe to repeat: a kept-alive connection the server closed as it was reused
+        # (ReadError / RemoteProtocolError, seen once in ~5 000 reads on a loaded CI machine) is
+        # tried once more on a fresh one, as any HTTP client would
+        try:
+            return await client.get(path, params=params)
+        except (httpx.ReadError, httpx.RemoteProtocolError) as e:
+            reads["repeated"] += 1
+            failures.append(f"repeated after {type(e).__name__}: {e}")
+            return await client.get(path, params=params)
+
     async def reader(client: httpx.AsyncClient, n: int) -> None:
         i = 0
         while not done.is_set():
             i += 1
             try:
                 if i % 3 == 0:
-                    r = await client.get("/knowledge/search", params={"q": "onboarding guide", "limit": 5})
+                    r = await get(client, "/knowledge/search", {"q": "onboarding guide", "limit": 5})
                     reads["search"] += 1
                 elif i % 3 == 1:
-                    r = await client.get(
-                        "/work", params={"project": "ENG", "limit": 100, "offset": (i * 7) % 400}
-                    )
+                    r = await get(client, "/work", {"project": "ENG", "limit": 100, "offset": (i * 7) % 400})
                     reads["work"] += 1
                 else:
-                    r = await client.get("/work", params={"text": f"item {(i + n) % 50}", "limit": 20})
+                    r = await get(client, "/work", {"text": f"item {(i + n) % 50}", "limit": 20})
                     reads["work"] += 1
                 if r.status_code != 200:
                     reads["failed"] += 1
@@ -187,6 +198,7 @@ def test_wal_stays_bounded_under_writes_and_readers(node: Node) -> None:
     assert out["statuses"].get(201) == WRITES, (out["statuses"], out["retried"][:5])
     assert out["reads"]["work"] > 0 and out["reads"]["search"] > 0
     assert out["reads"]["failed"] == 0, (out["reads"], out["failures"][:5])
+    assert out["reads"]["repeated"] <= 3, (out["reads"], out["failures"][:5])  # a rare race, not a habit
     assert peak < WAL_BOUND, f"WAL peaked at {peak} bytes, over the bound {WAL_BOUND}"
     assert after <= WAL_LIMIT
     metrics = httpx.get(node.url + "/metrics", timeout=10).text
