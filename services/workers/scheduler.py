@@ -109,7 +109,8 @@ class Fire:
         label: The slot's local wall clock, ``YYYYmmddTHHMM``.
         timeout_seconds: Wall-clock cap of the scheduled turn, seconds (CO-33; the turn fails
             ``scheduled_timeout`` past it).
-        catchup: True when this fire comes from a catch-up tick.
+        catchup: True when this fire is late: a catch-up tick fired a slot older than the
+            on-time allowance (a slot due within it is on time on any tick).
         zone: The zone of the label.
     """
 
@@ -251,7 +252,9 @@ def plan_tick(org: Any, *, since: datetime | None, until: datetime, tick: timede
                         instant,
                         fire_label(instant, zone),
                         sched.timeout_seconds,
-                        catchup=catchup,
+                        # a slot fired late; one due within the on-time allowance is on time even
+                        # on a catch-up tick (a start), as for a ``catchup: false`` schedule
+                        catchup=catchup and (until - instant).total_seconds() > allow,
                         zone=ref.zone,
                     )
                 )

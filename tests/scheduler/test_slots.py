@@ -184,3 +184,20 @@ def test_a_line_that_never_matches_fires_nothing_and_breaks_no_other_schedule() 
     assert [f.name for f in plan_tick(org, since=None, until=now).due] == ["pulse"]
     utc = ZoneInfo("UTC")
     assert next_slot("0 0 30 2 *", utc, now) is None and prev_slot("0 0 30 2 *", utc, now) is None
+
+
+def test_a_fire_is_marked_catchup_only_when_it_is_late() -> None:
+    # the tryout's case: a catchup: false schedule fired on time at a first boot read "catchup: true"
+    org = org_of(
+        company_data(
+            [
+                {"name": "on", "cron": "*/5 * * * *", "task": "t"},
+                {"name": "off", "cron": "*/5 * * * *", "task": "t", "catchup": False},
+            ]
+        )
+    )
+    slot = datetime(2026, 11, 30, 9, 5, tzinfo=UTC)
+    fresh = plan_tick(org, since=None, until=slot + timedelta(seconds=2), tick=TICK)
+    assert sorted((f.name, f.catchup) for f in fresh.due) == [("off", False), ("on", False)]
+    late = plan_tick(org, since=None, until=slot + timedelta(minutes=2), tick=TICK)
+    assert [(f.name, f.catchup) for f in late.due] == [("on", True)]
