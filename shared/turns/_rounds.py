@@ -251,25 +251,19 @@ class Rounds:
             if e.capture_content:
                 span.set_attribute(telemetry.GEN_AI_TOOL_CALL_ARGUMENTS, call.arguments_json())
                 span.set_attribute(telemetry.GEN_AI_TOOL_CALL_RESULT, content)
-        execution = ToolExecution(
-            round=n,
-            seq=seq,
-            call_id=call.id,
-            name=call.name,
-            origin=tool.origin if tool else "",
-            arguments=call.arguments,
-            raw_arguments=call.raw_arguments,
+        execution = self._execution(
+            n,
+            seq,
+            call,
+            tool,
+            wall,
+            t0,
             result=outcome.result,
             content=content,
             is_error=outcome.is_error,
             error=outcome.error,
             error_code=outcome.error_code,
-            delivers_to=tool.delivers_to if tool else None,
             delivered=outcome.delivered,
-            started_at=wall,
-            duration_seconds=time.perf_counter() - t0,
-            phase=phase.phase,
-            iteration=phase.iteration,
         )
         r.tool_calls.append(execution)
         if execution.delivered:
@@ -306,28 +300,43 @@ class Rounds:
                 return prior
         return None
 
+    def _execution(
+        self, n: int, seq: int, call: ToolCall, tool: Any, wall: float, t0: float, **outcome: Any
+    ) -> ToolExecution:
+        """The record of call ``seq`` (round ``n``) of this phase, ended now; ``outcome`` holds
+        ``result``, ``content``, ``is_error``, ``error``, ``error_code`` and ``delivered``."""
+        return ToolExecution(
+            round=n,
+            seq=seq,
+            call_id=call.id,
+            name=call.name,
+            origin=tool.origin if tool else "",
+            arguments=call.arguments,
+            raw_arguments=call.raw_arguments,
+            delivers_to=tool.delivers_to if tool else None,
+            started_at=wall,
+            duration_seconds=time.perf_counter() - t0,
+            phase=self.phase.phase,
+            iteration=self.phase.iteration,
+            **outcome,
+        )
+
     def _keep(self, n: int, seq: int, call: ToolCall, tool: Any, wall: float, t0: float, error: str) -> None:
         """Record the call a defect broke, so the partial record shows where it died (CO-18)."""
         self.result.tool_calls.append(
-            ToolExecution(
-                round=n,
-                seq=seq,
-                call_id=call.id,
-                name=call.name,
-                origin=tool.origin if tool else "",
-                arguments=call.arguments,
-                raw_arguments=call.raw_arguments,
+            self._execution(
+                n,
+                seq,
+                call,
+                tool,
+                wall,
+                t0,
                 result=None,
                 content=json.dumps({"error": error, "code": "unhandled_exception"}),
                 is_error=True,
                 error=error,
                 error_code="unhandled_exception",
-                delivers_to=tool.delivers_to if tool else None,
                 delivered=False,
-                started_at=wall,
-                duration_seconds=time.perf_counter() - t0,
-                phase=self.phase.phase,
-                iteration=self.phase.iteration,
             )
         )
 
