@@ -29,7 +29,34 @@ run: install ## Start one node with the example company on the embedded broker, 
 .PHONY: test
 test: install ## Run the whole test suite (real nats-server, real node processes; two workers, a module each)
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=30 $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=30 --ignore=tests/e2e $(ARGS)
+
+E2E_STAMP := $(VENV)/.installed-e2e
+E2E_DEBS := chromium prometheus
+
+$(E2E_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,e2e]'
+	@touch $(E2E_STAMP)
+
+.PHONY: e2e-deps
+e2e-deps: $(E2E_STAMP) ## Debian's chromium and prometheus (apt-get as root when missing) and the e2e Python packages
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	{ command -v prometheus >/dev/null && command -v promtool >/dev/null; } || missing="$$missing prometheus"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; } \
+	      || { echo "make e2e needs the Debian packages:$$missing (apt-get install failed)"; exit 1; }; \
+	  else \
+	    echo "make e2e needs the Debian packages:$$missing — install them as root: apt-get install$$missing"; exit 1; \
+	  fi; \
+	fi
+
+.PHONY: e2e
+e2e: e2e-deps ## Checks that need Debian packages: a real Prometheus and a headless Chromium against real fleets
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=20 tests/e2e $(ARGS)
 
 .PHONY: bench-quick
 bench-quick: install ## Every benchmark figure at its smallest size, no timing asserted (CI runs it after make test)
