@@ -22,8 +22,9 @@ from .support import SECRET, post_github, wait_for
 
 
 def test_split_nodes_run_the_main_job_together(
-    start_node: Callable[..., Node], nats_server: Any, tmp_path: Path
+    nats_server: Any, start_node: Callable[..., Node], tmp_path: Path
 ) -> None:
+    # nats_server first: fixtures tear down in reverse, so the nodes drain while their broker is up
     company = str(REPO / "examples" / "company.yaml")
     stream = {"type": "nats", "url": nats_server.url, "replicas": 1}
     files = {
