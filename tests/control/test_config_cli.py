@@ -2,13 +2,16 @@
 (CO-4, CO-28, FL-104, FL-109); bad input is refused by name, locally when it can be, and never
 with a traceback.
 
-The CLI runs as the installed ``crewlet`` entry point in a subprocess; the node is a real
-``crewlet run`` process on loopback (seeded with the example company).
+The CLI runs in this process through Typer's test runner (the installed entry point's own app,
+with only ``CREWLET_URL`` and ``CREWLET_API_TOKEN`` set: a subprocess per call cost ~1 s of
+imports, 30 s over the module); the node is a real ``crewlet run`` process on loopback (seeded
+with the example company).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -18,9 +21,11 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from crewlet.cli import app as cli_app
 from crewlet.config_cli import absolute_scripts, change_line
-from tests.support.procs import REPO, SHARED, TOKEN, VENV_BIN, Node, free_port
+from tests.support.procs import REPO, SHARED, TOKEN, Node, free_port
 
 EXAMPLE = REPO / "examples" / "company.yaml"
 UPSTREAM = SHARED / "data" / "upstream-examples"
@@ -29,13 +34,13 @@ _ACTIVE = re.compile(r"revision (\S+) active at epoch (\d+)")
 
 
 def crewlet(*args: str, url: str = NOWHERE, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
-    """Run the installed CLI with only ``url`` and ``token`` in its environment."""
-    env = {"PATH": "/usr/bin:/bin", "CREWLET_URL": url}
-    if token is not None:
-        env["CREWLET_API_TOKEN"] = token
-    out = subprocess.run(
-        [str(VENV_BIN / "crewlet"), *args], capture_output=True, text=True, timeout=60, cwd=REPO, env=env
-    )
+    """Run the CLI with ``url`` and ``token`` (None: unset) as its ``CREWLET_*`` environment."""
+    env = {name: None for name in os.environ if name.startswith("CREWLET_")}
+    env |= {"CREWLET_URL": url, "CREWLET_API_TOKEN": token}
+    result = CliRunner().invoke(cli_app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a traceback the user would have seen
+    out = subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
     assert "Traceback" not in out.stdout + out.stderr, out.stdout + out.stderr
     return out
 
