@@ -6,7 +6,9 @@ Shape is checked by the pydantic models below (``extra="forbid"``: an unknown ke
 naming its path); the cross-field refusals of spec/fleet.md §22 (FL-158) live in
 :mod:`shared.config._node_rules`.
 
-``${VAR}`` references are resolved when the file loads (FL-9). An unset variable is an error
+``${VAR}`` references are resolved when the file loads (FL-9); ``${VAR:-default}`` takes
+``default`` when the variable is unset or empty (as in the shell and compose), so the deploy/ files
+keep the compose fleet's values as defaults. An unset variable without a default is an error
 naming the key, with one exception: ``node.id: "${CREWLET_NODE_ID}"`` with the variable unset
 falls back to the default id ``node-0`` exactly as an absent ``node.id`` does (the seeds: "an unset
 id is node-0 on every node"), and the node remembers the id came from the default so a clustered
@@ -413,8 +415,9 @@ def _resolve(
 
 
 def _malformed_refs(data: Any, file: str, issues: list[Issue], path: str = "") -> None:
-    """Name every ``${`` that is not a ``${NAME}`` reference (``${A:-b}``, ``${ X }``, an unclosed one):
-    left alone it would become a literal value, e.g. a token no one meant to set."""
+    """Name every ``${`` that is not a ``${NAME}`` / ``${NAME:-default}`` reference (``${A-b}``,
+    ``${ X }``, an unclosed one): left alone it would become a literal value, e.g. a token no one
+    meant to set."""
     if isinstance(data, str):
         if "${" in VAR_RE.sub("", data):
             issues.append(
@@ -422,8 +425,8 @@ def _malformed_refs(data: Any, file: str, issues: list[Issue], path: str = "") -
                     file,
                     path,
                     "invalid",
-                    "a ${...} reference must be ${NAME} with NAME of letters, "
-                    "digits and _ (defaults like ${A:-b} are not supported)",
+                    "a ${...} reference must be ${NAME} or ${NAME:-default} with NAME of "
+                    "letters, digits and _",
                 )
             )
     elif isinstance(data, dict):

@@ -119,7 +119,7 @@ def test_duplicate_keys_and_malformed_references_are_named(tmp_path: Path) -> No
     node.write_text("node: {id: a}\nnode: {id: b}\n")
     out = crewlet("validate", "--node", str(node))
     assert out.returncode == 2 and "duplicate key 'node'" in out.stderr
-    node.write_text("api: {auth: {tokens: [{id: a, token: '${CREWLET_API_TOKEN:-default}'}]}}\n")
+    node.write_text("api: {auth: {tokens: [{id: a, token: '${CREWLET_API_TOKEN-default}'}]}}\n")
     out = crewlet("validate", "--node", str(node))
     assert (
         out.returncode == 2 and "api.auth.tokens[0].token: a ${...} reference must be ${NAME}" in out.stderr
