@@ -16,5 +16,7 @@ def debian_binary(name: str) -> str:
     """The path of Debian binary ``name``; fails the test naming its package when it is missing."""
     path = shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is missing: install the Debian package {DEBIAN[name]!r} (make e2e does it as root)")
+        pytest.fail(
+            f"{name} is missing: install the Debian package {DEBIAN[name]!r} (make e2e does it as root)"
+        )
     return path

@@ -28,18 +28,14 @@ LEASE_TTL = 20.0
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    """Three converged nodes ``a``, ``b``, ``c`` (all roles), booted together after ``a``."""
+    """Three converged nodes ``a``, ``b``, ``c`` (all roles), booted together."""
     f = Fleet(tmp_path_factory.mktemp("history"))
     try:
         for path in f.files.values():
             doc = yaml.safe_load(path.read_text())
             doc["coordination"]["lease_ttl_seconds"] = LEASE_TTL
             write_yaml(path, doc)
-        f.start("a").wait_ready(90)  # a provisions the buckets and streams (see tests/fleet/conftest.py)
-        for name in ("b", "c"):
-            f.start(name)
-        for node in f.nodes.values():
-            node.wait_ready(90)
+        f.boot()  # all three at once, as an orchestrator starts them
         f.wait_converged(60)
         yield f
     finally:

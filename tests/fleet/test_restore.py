@@ -88,11 +88,7 @@ def test_a_fleet_restored_from_one_backup_serves_everything(tmp_path: Path) -> N
     fleet = Fleet(tmp_path / "fleet")
     names = fleet.names
     try:
-        fleet.start(names[0]).wait_ready(90)  # the first provisions streams and buckets
-        for n in names[1:]:
-            fleet.start(n)
-        for n in names:
-            fleet.nodes[n].wait_ready(90)
+        fleet.boot()  # all three at once, as an orchestrator starts them
         keys: list[str] = []
         with fleet.api("a") as a, fleet.api("c") as c:
             for i in range(5):
