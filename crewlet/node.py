@@ -156,16 +156,23 @@ def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
         if role.router is not None:
             app.include_router(role.router)
     if "ingress" in ctx.cfg.roles:  # Prometheus text; nodes without ingress serve only probes (FL-16)
-        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
         from starlette.responses import Response
 
         turn_registry = telemetry.default_metrics().registry
+        telemetry.webhook_counter()  # registered before the first scrape
+        telemetry.init_alarm_series()  # ES-92/FL-154: every alarm kind has a series from the start
+        fleet = telemetry.FleetCollector(ctx)  # the fleet as GET /fleet sees it, cached 1 s
+        fleet_registry = CollectorRegistry(auto_describe=True)
+        fleet_registry.register(fleet)
 
         @app.get("/metrics", include_in_schema=False)
-        def metrics() -> Response:
+        async def metrics() -> Response:
+            await fleet.refresh()
             body = generate_latest(turn_registry)
             if turn_registry is not REGISTRY:  # the alarm gauges and process metrics live there
                 body += generate_latest(REGISTRY)
+            body += generate_latest(fleet_registry)
             return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.state.ctx = ctx

@@ -3,10 +3,14 @@
 
 :func:`setup_tracing` builds the node's tracer provider (OTLP/HTTP export when configured);
 the node calls :meth:`Telemetry.shutdown` after its drain. :func:`inject`/:func:`extract` carry
-``traceparent`` in NATS headers. :class:`TurnMetrics` and :func:`metrics_app` serve ``/metrics``.
+``traceparent`` in NATS headers. :class:`TurnMetrics` and :func:`metrics_app` serve ``/metrics``;
+:class:`FleetCollector` adds the fleet view, :func:`count_webhook` the webhook intake and
+:func:`init_alarm_series` a 0 series per alarm kind (ES-92).
 The span names and ``gen_ai.*`` attribute keys of a turn live here; the turn engine emits them.
 """
 
+from ._fleet import FLEET_SERIES, FleetCollector
+from ._intake import ALARM_KINDS, WEBHOOK_OUTCOMES, count_webhook, init_alarm_series, webhook_counter
 from ._metrics import METRICS_CONTENT_TYPE, TurnMetrics, default_metrics, metrics_app
 from ._propagation import current_trace_ids, extract, inject, traceparent_of
 from ._setup import Telemetry, resolve_traces_endpoint, service_name_for, setup_tracing
@@ -36,6 +40,13 @@ from ._spans import (
 )
 
 __all__ = [
+    "ALARM_KINDS",
+    "FLEET_SERIES",
+    "WEBHOOK_OUTCOMES",
+    "FleetCollector",
+    "count_webhook",
+    "init_alarm_series",
+    "webhook_counter",
     "GEN_AI_AGENT_NAME",
     "GEN_AI_INPUT_MESSAGES",
     "GEN_AI_OPERATION_NAME",

@@ -5,6 +5,9 @@ from __future__ import annotations
 from shared import telemetry
 
 EXPECTED = [
+    "ALARM_KINDS",
+    "FLEET_SERIES",
+    "FleetCollector",
     "GEN_AI_AGENT_NAME",
     "GEN_AI_INPUT_MESSAGES",
     "GEN_AI_OPERATION_NAME",
@@ -28,10 +31,13 @@ EXPECTED = [
     "SPAN_TURN",
     "Telemetry",
     "TurnMetrics",
+    "WEBHOOK_OUTCOMES",
     "add_trace_context",
+    "count_webhook",
     "current_trace_ids",
     "default_metrics",
     "extract",
+    "init_alarm_series",
     "inject",
     "metrics_app",
     "provider_name",
@@ -39,6 +45,7 @@ EXPECTED = [
     "service_name_for",
     "setup_tracing",
     "traceparent_of",
+    "webhook_counter",
 ]
 
 

@@ -43,7 +43,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from shared import estate, logs
+from shared import estate, logs, telemetry
 from shared.router import EstateRouter, RouterError, router_of
 from shared.runtime import NodeContext, api_error
 
@@ -218,6 +218,7 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         )
 
     @r.post("/webhooks/github", status_code=202)
+    @telemetry.count_webhook(lambda kw: "github")
     async def github(request: Request) -> Any:
         admit_work(ctx)
         gh = ctx.org.company.integrations.github

@@ -28,7 +28,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from shared import logs
+from shared import logs, telemetry
 from shared.runtime import NodeContext, api_error
 
 from ...triggers import TriggerPublisher, admit_work, claim_delivery, json_pointer
@@ -68,7 +68,12 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
     """Build the webhook route over ``ctx`` publishing through ``publisher``."""
     r = APIRouter(tags=["webhooks"])
 
+    def source_label(kw: dict[str, Any]) -> str:  # FL-6: a closed label set (configured sources)
+        known = ctx.org is not None and ctx.org.webhook(kw["source"]) is not None
+        return f"webhook:{kw['source'] if known else 'unknown'}"
+
     @r.post("/webhooks/inbound/{source}", status_code=202)
+    @telemetry.count_webhook(source_label)
     async def inbound(source: str, request: Request) -> Any:
         admit_work(ctx)
         hook = ctx.org.webhook(source)
