@@ -27,8 +27,8 @@ async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> 
     Returns:
         ``{"nodes": [...], "seats": [...], "duties": [...], "unmanned_roles": [...],
         "unowned_seats": [...]}``; nodes carry ``id``, ``roles``, ``labels``, ``broker``, ``protocol``,
-        ``posture``, ``owner``, and ``mcp`` (the node's MCP start rows ``{server, started, failed,
-        reason}``, FL-46).
+        ``posture``, ``owner``, ``renewed_at`` (ISO-8601 instant of the last heartbeat), and ``mcp``
+        (the node's MCP start rows ``{server, started, failed, reason}``, FL-46).
 
     Raises:
         CoordinationUnavailable: the lease store could not be read.
@@ -57,6 +57,7 @@ async def fleet_view(coord: Coordination, *, seats: list[str] | None = None) -> 
                     "seats_held": m.get("seats_held", 0),
                     "in_flight": m.get("in_flight", 0),
                     "mcp": m.get("mcp") if isinstance(m.get("mcp"), list) else [],
+                    "renewed_at": e.created.isoformat(),
                 }
             )
         elif res.startswith("seat:"):

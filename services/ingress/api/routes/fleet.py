@@ -1,23 +1,59 @@
 """``GET /fleet``: the fleet as the lease bucket says (FL-117, FL-152).
 
 Live nodes (roles, labels, broker kind, protocol, posture, applied epoch, and from ``crewlet_status``
-their config epoch, status, error and report instant, FL-117), seat → node with epoch,
+their config epoch, status, error and report instant, FL-117; ``renewed_at``, the ISO-8601 instant
+of the node's last presence heartbeat), seat → node with epoch,
 duty holders, unmanned roles, unowned seats, and unplaceable seats (seats whose placement no live
 seats node matches, FL-61). Read from the lease and duty buckets, never by asking peers, so every
 ingress node answers the same ownership. An unreadable store answers 503 — never an empty fleet.
+
+``GET /fleet?inbox=true`` adds ``inboxes``: seat handle → ``{"pending", "ack_pending", "redelivered"}``
+(message counts of the seat's inbox as the broker reports them) or ``null`` when the broker did not
+answer within 2 s, for every seat of the company (owned or not). The operator UI's Seats tab reads it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Depends
 
 from shared import control, leases
+from shared.bus import Bus
 from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 
-__all__ = ["router", "unplaceable"]
+__all__ = ["inbox_depths", "router", "unplaceable"]
+
+INBOX_BUDGET = 2.0
+"""Seconds ``?inbox=true`` waits for the broker's mailbox counters before answering ``null``."""
+
+
+async def inbox_depths(bus: Any, seats: list[str]) -> dict[str, dict[str, int] | None]:
+    """Each seat's inbox counters, asked of the broker at once (the UI's Seats tab, CO-7).
+
+    Args:
+        bus: The node's :class:`~shared.bus.Bus` (``ctx.extras["bus"]``), or anything else when the
+            node has not opened it yet (every seat then answers ``None``).
+        seats: Seat handles.
+
+    Returns:
+        Seat → ``{"pending": int, "ack_pending": int, "redelivered": int}`` (messages), or ``None``
+        for a seat the broker did not answer for within :data:`INBOX_BUDGET` seconds.
+    """
+    if not isinstance(bus, Bus) or not seats:
+        return {s: None for s in seats}
+
+    async def one(handle: str) -> dict[str, int] | None:
+        try:
+            st = await asyncio.wait_for(bus.state(handle), INBOX_BUDGET)
+        except Exception:  # noqa: BLE001 - an unanswered seat reads null, never fails the view
+            return None
+        return {"pending": st.pending, "ack_pending": st.ack_pending, "redelivered": st.redelivered}
+
+    got = await asyncio.gather(*(one(s) for s in seats))
+    return dict(zip(seats, got, strict=True))
 
 
 def unplaceable(view: dict[str, Any], org: Any) -> list[dict[str, str]]:
@@ -41,7 +77,7 @@ def router(ctx: NodeContext) -> APIRouter:
     r = APIRouter(tags=["fleet"])
 
     @r.get("/fleet", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def get_fleet() -> dict[str, Any]:
+    async def get_fleet(inbox: bool = False) -> dict[str, Any]:
         if ctx.coord is None:
             raise api_error(503, "lease store unavailable", "the node has not connected to its broker yet")
         seats = [s.handle for s in ctx.org.seats] if ctx.org is not None else None
@@ -65,6 +101,9 @@ def router(ctx: NodeContext) -> APIRouter:
                 node["posture"] = st.posture
         rec = ctx.extras.get("control")
         view["config_epoch"] = getattr(rec, "target", None)
+        if inbox:
+            handles = sorted(set(seats or []) | {s["seat"] for s in view["seats"]})
+            view["inboxes"] = await inbox_depths(ctx.extras.get("bus"), handles)
         return view
 
     return r
