@@ -19,6 +19,10 @@
   (the embedded broker's boot chatter is not printed).
 - :func:`verify_command` (mounted by ``crewlet retention verify --restore --dir DIR [--cadence 30d]``,
   ES-83) and :func:`verify_restore`: talk to no node; see :func:`verify_restore`.
+
+On a terminal, ``crewlet backup`` shows a running bar with the elapsed time while the node writes
+(the route answers once, at the end) and ``restore-objects`` a bar of objects done out of named, on
+stderr; piped or redirected output gets the plain lines only (issue 15).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -122,7 +127,11 @@ def backup(
         return
     if not dir:
         _fail("give --dir PATH: an absolute, empty directory on the node's host")
-    r = _call("POST", url, token, "/backup", params={"dir": dir}, timeout=BACKUP_TIMEOUT)
+    from .knowledge_cli import progress_bar
+
+    with progress_bar(f"backup of {url} into {dir}") as bar:  # the node answers once, when done
+        bar.add_task("backup", total=None)
+        r = _call("POST", url, token, "/backup", params={"dir": dir}, timeout=BACKUP_TIMEOUT)
     m = r.json()
     typer.echo(
         f"backup of {m['node']} written to {dir} at {_when(m['taken_at'])} ({m['duration_seconds']} s)"
@@ -167,12 +176,15 @@ def _check_objects(d: Path, manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
-async def restore_objects(d: Path, node_file: Path) -> dict[str, int]:
+async def restore_objects(
+    d: Path, node_file: Path, *, on_object: Callable[[int, int], None] | None = None
+) -> dict[str, int]:
     """Upload every object the manifest in ``d`` names into the store ``node_file`` configures (ES-84).
 
     Args:
         d: A backup directory (holding ``manifest.json`` and ``objects/``).
         node_file: A node file (Tier A) whose ``store.objects`` and ``stream`` name the store.
+        on_object: Called after each object with ``(objects done, objects named)`` (the progress bar).
 
     Returns:
         ``{"uploaded": n, "present": n}`` (objects already there with the same digest are skipped).
@@ -203,7 +215,10 @@ async def restore_objects(d: Path, node_file: Path) -> dict[str, int]:
     counts = {"uploaded": 0, "present": 0}
     try:
         store = await objects.open_object_store(cfg, link)
-        for o in manifest["objects"]["items"]:
+        items = manifest["objects"]["items"]
+        for done, o in enumerate(items, start=1):
+            if on_object is not None and done > 1:
+                on_object(done - 1, len(items))
             head = await store.head(o["key"])
             if head is not None and head.sha256 == o["sha256"] and head.size == o["size"]:
                 counts["present"] += 1
@@ -221,6 +236,8 @@ async def restore_objects(d: Path, node_file: Path) -> dict[str, int]:
                     f"object {o['key']} stored with sha256 {info.sha256}, expected {o['sha256']}"
                 )
             counts["uploaded"] += 1
+        if on_object is not None and items:
+            on_object(len(items), len(items))
     finally:
         if store is not None:
             await store.close()
@@ -242,8 +259,16 @@ def restore_objects_cmd(
     logs.configure(level="warn", fmt="console")  # no broker boot chatter on a command's output
     if not dir.is_dir():
         _fail(f"{dir} is not a directory")
+    from .knowledge_cli import progress_bar
+
     try:
-        counts = asyncio.run(restore_objects(dir, node))
+        with progress_bar("restoring objects") as bar:
+            task = bar.add_task("restoring objects", total=None)
+            counts = asyncio.run(
+                restore_objects(
+                    dir, node, on_object=lambda n, total: bar.update(task, completed=n, total=total)
+                )
+            )
     except ManifestInvalid as e:
         _fail(str(e), 1)
     except ConfigInvalid as e:

@@ -20,6 +20,15 @@ Commands:
   :mod:`crewlet.backup_cli`).
 - ``crewlet budgets show|reset``: the fleet's shared token budgets (FL-120; :mod:`crewlet.budgets_cli`).
 - ``crewlet schedules [list]``: every schedule and its next fire (CO-33; :mod:`crewlet.schedules_cli`).
+- ``crewlet send HANDLE TEXT [--task] [--work-item KEY] [--wait]``: a message or task to a seat, and
+  its reply (CO-8, CO-28; :mod:`crewlet.send_cli`).
+- ``crewlet turns [--seat H] [--limit N]``, ``crewlet turn ID``: turn records (CO-20, CO-28;
+  :mod:`crewlet.turns_cli`).
+- ``crewlet work list|show KEY``: the tracker (CO-24; :mod:`crewlet.work_cli`).
+- ``crewlet objects status``: the object store and the collector's findings (FL-5, ES-75;
+  :mod:`crewlet.objects_cli`).
+- ``crewlet migrate [--check]``: a stopped data node's store brought to this build's schema (CO-28,
+  FL-145; :mod:`crewlet.migrate_cli`; local, never the broker).
 
 Every refusal is printed as lines naming the file and the path inside it; no command prints a
 traceback for bad input.
@@ -55,9 +64,14 @@ from . import (
     fleet_status,
     gate_cli,
     knowledge_cli,
+    migrate_cli,
+    objects_cli,
     retention_cli,
     schedules_cli,
     secrets_cli,
+    send_cli,
+    turns_cli,
+    work_cli,
 )
 
 __all__ = ["app", "main"]
@@ -73,6 +87,8 @@ app.add_typer(backup_cli.app, name="backup")
 app.add_typer(retention_cli.app, name="retention")
 app.add_typer(budgets_cli.app, name="budgets")
 app.add_typer(schedules_cli.app, name="schedules")
+app.add_typer(work_cli.app, name="work")
+app.add_typer(objects_cli.app, name="objects")
 retention_cli.app.command("verify")(backup_cli.verify_command)
 retention_cli.app.command("evict")(gate_cli.evict_cmd)
 retention_cli.app.command("readmit")(gate_cli.readmit_cmd)
@@ -325,6 +341,13 @@ def fleet_status_cmd(
 ) -> None:
     """Print nodes, seat owners, duties and unmanned roles as a node sees them (FL-7)."""
     raise typer.Exit(fleet_status.show(url, token, as_json=as_json))
+
+
+# the operator commands of issue 15 (CO-28), listed after the node commands in --help
+app.command("send")(send_cli.send)
+app.command("turns")(turns_cli.turns_cmd)
+app.command("turn")(turns_cli.turn_cmd)
+app.command("migrate")(migrate_cli.migrate)
 
 
 def main() -> None:

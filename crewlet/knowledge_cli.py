@@ -15,6 +15,9 @@ re-import of unchanged pages changes nothing and keeps every version).
 Every file is checked before anything is posted: a file that is not UTF-8, has malformed front
 matter, or a body over 1 MiB is reported as ``FILE: message`` and nothing is written (exit 2); an
 unknown space is refused the same way. Exit 0 when every page landed, 1 when a post failed.
+
+On a terminal a progress bar (pages posted of pages found, on stderr) runs while the pages are
+posted (issue 15); piped or redirected output gets the plain lines only.
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from typing import Annotated, Any
 import httpx
 import typer
 import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-__all__ = ["PageFile", "app", "read_pages"]
+__all__ = ["PageFile", "app", "progress_bar", "read_pages"]
 
 app = typer.Typer(no_args_is_help=True, help="The native knowledge base (CO-25).")
 
@@ -112,6 +117,25 @@ def read_pages(root: Path, *, space: str | None = None) -> tuple[list[PageFile],
     return pages, errors
 
 
+def progress_bar(what: str, *, disable: bool = False) -> Progress:
+    """A progress bar on stderr for ``what`` (count of total, elapsed); off when stderr is no terminal.
+
+    Args:
+        what: The label.
+        disable: Force it off (e.g. ``--json`` output).
+    """
+    err = Console(stderr=True)
+    return Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=disable or not err.is_terminal,
+        transient=True,
+    )
+
+
 @app.callback()
 def _group() -> None:
     """The native knowledge base (CO-25)."""
@@ -169,18 +193,23 @@ def import_cmd(
             before.update({(s, pg["title"]): pg["version"] for pg in listed.get("pages", [])})
         failed = 0
         counts = {"created": 0, "updated": 0, "unchanged": 0}
-        for p in pages:
-            r = client.post("/knowledge/pages", json={"space": p.space, "title": p.title, "body": p.body})
-            if r.status_code != 200:
-                failed += 1
-                typer.echo(f"{p.path}: {r.status_code} {r.text}", err=True)
-                continue
-            page = r.json().get("page") or {}
-            old = before.get((p.space, p.title))
-            state = "created" if old is None else ("unchanged" if page.get("version") == old else "updated")
-            counts[state] += 1
-            digest = hashlib.sha256(p.body.encode()).hexdigest()[:8]
-            typer.echo(f"{state:9} {p.space}/{p.title} v{page.get('version')} ({p.rel}, {digest})")
+        with progress_bar("importing pages") as bar:
+            task = bar.add_task("importing pages", total=len(pages))
+            for p in pages:
+                r = client.post("/knowledge/pages", json={"space": p.space, "title": p.title, "body": p.body})
+                bar.advance(task)
+                if r.status_code != 200:
+                    failed += 1
+                    typer.echo(f"{p.path}: {r.status_code} {r.text}", err=True)
+                    continue
+                page = r.json().get("page") or {}
+                old = before.get((p.space, p.title))
+                state = (
+                    "created" if old is None else ("unchanged" if page.get("version") == old else "updated")
+                )
+                counts[state] += 1
+                digest = hashlib.sha256(p.body.encode()).hexdigest()[:8]
+                typer.echo(f"{state:9} {p.space}/{p.title} v{page.get('version')} ({p.rel}, {digest})")
     typer.echo(
         f"{len(pages) - failed} page(s): {counts['created']} created, {counts['updated']} updated, "
         f"{counts['unchanged']} unchanged" + (f"; {failed} failed" if failed else "")

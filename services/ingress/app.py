@@ -14,6 +14,7 @@ from shared import telemetry
 from shared.bus import Bus, Envelope
 from shared.runtime import NodeContext, RoleService, api_error
 
+from . import ui
 from .api.routes import (
     backup,
     broker,
@@ -26,6 +27,7 @@ from .api.routes import (
     github,
     knowledge,
     messages,
+    objects,
     retention,
     schedules,
     secrets,
@@ -66,5 +68,7 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(retention.router(ctx))
     api.include_router(budgets.router(ctx))
     api.include_router(schedules.router(ctx))
+    api.include_router(objects.router(ctx))  # ES-75: the collector's findings (GET /objects)
+    api.include_router(ui.router(ctx))  # the operator UI at /ui/ (DESIGN.md "Operator UI")
 
     return RoleService(name="ingress", router=api)

@@ -20,7 +20,11 @@ every duty). Duties built:
   :func:`shared.channels.sweep_channels`), every 5 minutes;
 - ``retention``: the trim of the tracker and pages logs (ES-47, ES-48), every ``retention.trim_tick``
   (15 min): publish each log's floor to ``trim_floors``, then purge below it
-  (:mod:`services.workers.retention`).
+  (:mod:`services.workers.retention`);
+- ``objects``: the object-store collector (ES-75, FL-5), hourly (``CREWLET_OBJECTS_COLLECT_SECONDS``):
+  pins the estate, deletes unnamed objects older than 24 h, audits every named one, records its
+  findings in the ``objects`` slot and raises ``objects_missing`` (:mod:`services.workers.objects`).
+  Skipped while the node drains or sheds, and in the maintenance/seal modes of ES-89.
 
 Drain: each loop finishes its current tick, then its duty is given back, so a peer takes it on its
 next tick instead of after the TTL (FL-95). The fleet-role check (FL-20) is not a duty here: every
@@ -37,10 +41,12 @@ from typing import Any
 
 from shared import channels, logs, records
 from shared.bus import Bus, BusUnavailable, Envelope
+from shared.estate._alarms import Alarms
 from shared.estate._gates import evicted_since, eviction_grace
 from shared.leases import Duties
 from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
 
+from .objects import Collector, objects_heartbeat
 from .retention import Retention, RetentionSettings
 from .scheduler import Fire, Scheduler
 
@@ -156,6 +162,21 @@ def service(ctx: NodeContext) -> RoleService:
             if retention is not None:
                 await retention.tick()
 
+        objects_alarms = Alarms()
+        ctx.extras["objects_alarms"] = objects_alarms
+
+        async def objects_tick() -> None:
+            est = ctx.extras.get("estate")
+            if ctx.objects is None or est is None or ctx.coord is None:
+                return
+            if ctx.extras.get("mode") in ("maintenance", "seal") or ctx.draining or ctx.shedding:
+                return  # ES-75: not in maintenance/seal modes; a shedding node acts on nothing
+            collector = ctx.extras.get("objects_collector")
+            if not isinstance(collector, Collector) or collector.store is not ctx.objects:
+                collector = Collector(ctx.objects, est, ctx.coord, node_id=ctx.node_id, alarms=objects_alarms)
+                ctx.extras["objects_collector"] = collector
+            await collector.tick()
+
         def tick_seconds() -> float:
             return float(ctx.org.company.scheduling.tick_seconds) if ctx.org is not None else 10.0
 
@@ -170,6 +191,9 @@ def service(ctx: NodeContext) -> RoleService:
             asyncio.create_task(
                 loop(duties, "retention", lambda: float(ctx.cfg.retention.trim_tick), retention_tick),
                 name="duty-retention",
+            ),
+            asyncio.create_task(
+                loop(duties, "objects", objects_heartbeat, objects_tick), name="duty-objects"
             ),
         ]
 

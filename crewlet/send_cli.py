@@ -1,0 +1,192 @@
+"""``crewlet send HANDLE TEXT``: post a message or a task to a seat through a running node (CO-8, CO-28).
+
+- ``crewlet send HANDLE TEXT [--task] [--work-item KEY] [--wait] [--timeout S] [--url U] [--token T]
+  [--json]`` sends ``POST /seats/{handle}/messages`` (grant ``work:write``) with ``{"text", "kind":
+  "message"|"task", "work_item"?}`` and prints the ``message_id`` the node answers (202).
+- ``--wait`` then polls ``GET /messages/{id}`` (grant ``state:read``) every 0.25 s until the status
+  ends (``queued``/``running`` are not ends):
+
+  - ``answered``: prints the seat's reply (the turn's final artifact, CO-8/CO-31), exit 0;
+  - ``failed`` / ``dead_lettered``: prints the status, ``error_kind`` and ``error``, exit 1;
+  - ``--timeout`` seconds (default 120) pass first: says the message is still ``queued`` or
+    ``running`` (and its ``turn_id`` if any), exit 2 — the message stays in the seat's inbox.
+
+  A task (``--task``) is owed no reply (CO-8), but its status moves through the same record, so
+  ``--task --wait`` waits for the turn's end: it prints the turn's outcome and id (and the turn's
+  final text when there is one), exit 0 when the turn ended ``answered``.
+
+With ``--json`` the route's answers are printed as JSON (the 202 body, or with ``--wait`` the
+final ``GET /messages/{id}`` record). The URL and token default to ``CREWLET_URL`` and
+``CREWLET_API_TOKEN``; the command never opens the broker or a store (FL-40): a stopped node
+fails naming the URL.
+
+Exit codes: 0 sent (or answered); 1 the node could not be reached, answered 503, or the message
+failed; 2 refused (unknown seat 404, human seat 409, bad token 401, bad field 400/422), no token,
+or still not finished at ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console
+
+from ._node_api import JsonFlag, Token, Url, call
+
+__all__ = ["ENDED", "TIMEOUT", "send"]
+
+TIMEOUT = 15.0
+"""Seconds each request waits for the node."""
+POLL = 0.25
+"""Seconds between two ``GET /messages/{id}`` while waiting."""
+ENDED = {"answered", "failed", "dead_lettered"}
+"""Statuses a message does not leave (services/seats/messages.py)."""
+
+
+def _refusal(r: httpx.Response) -> str:
+    try:
+        answer = r.json()
+    except ValueError:
+        return r.text[:500]
+    if not isinstance(answer, dict):
+        return json.dumps(answer)
+    detail = answer.get("detail", answer)
+    if isinstance(detail, list):  # a validation error: name each field
+        parts = []
+        for d in detail:
+            if isinstance(d, dict):
+                where = d.get("path") or ".".join(str(x) for x in d.get("loc", []) if x != "body")
+                parts.append(f"{where}: {d.get('message') or d.get('msg')}")
+        return "; ".join(parts) or json.dumps(detail)
+    return detail if isinstance(detail, str) else json.dumps(detail)
+
+
+def post_json(url: str, token: str, path: str, body: dict[str, Any], *, out: Console) -> tuple[int, Any]:
+    """POST ``body`` as JSON to ``path``; return ``(exit code, answer)`` like :func:`crewlet._node_api.call`.
+
+    Returns:
+        ``(0, body)`` for a 2xx; ``(1, None)`` unreachable or no JSON; ``(1, body)`` for 503/504;
+        ``(2, body)`` for any other refusal, printed ``refused (<status> <code>): <detail>``.
+    """
+    if not token:
+        out.print("no API token: set CREWLET_API_TOKEN or pass --token")
+        return 2, None
+    base = url.rstrip("/")
+    try:
+        with httpx.Client(timeout=TIMEOUT) as client:
+            r = client.post(base + path, json=body, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as e:
+        out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}", markup=False)
+        return 1, None
+    try:
+        answer = r.json()
+    except ValueError:
+        out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}", markup=False)
+        return 1, None
+    if 200 <= r.status_code < 300:
+        return 0, answer
+    code = answer.get("error", "") if isinstance(answer, dict) else ""
+    out.print(f"refused ({r.status_code} {code}): {_refusal(r)}", markup=False)
+    return (1 if r.status_code in (503, 504) else 2), answer
+
+
+def _wait(url: str, token: str, message_id: str, timeout: float, out: Console) -> tuple[int, dict[str, Any]]:
+    """Poll ``GET /messages/{id}`` until its status ends or ``timeout`` s pass; return (code, record).
+
+    Code 0 on a final record, 3 on timeout (the caller maps it), the :func:`call` code on a refusal.
+    A transient 503 (the message store electing a leader) is retried until the deadline.
+    """
+    deadline = time.monotonic() + timeout
+    record: dict[str, Any] = {"message_id": message_id, "status": "queued"}
+    quiet = Console(quiet=True)  # transient refusals (503 while a store elects) are retried quietly
+    while True:
+        code, got = call("GET", url, token, f"/messages/{message_id}", timeout=TIMEOUT, out=quiet)
+        if code == 0 and isinstance(got, dict):
+            record = got
+            if record.get("status") in ENDED:
+                return 0, record
+        elif code == 2 or got is None:
+            call("GET", url, token, f"/messages/{message_id}", timeout=TIMEOUT, out=out)  # print why
+            return code or 1, record
+        if time.monotonic() >= deadline:
+            return 3, record
+        time.sleep(POLL)
+
+
+def send(
+    handle: Annotated[str, typer.Argument(help="The seat's handle, e.g. triage")],
+    text: Annotated[str, typer.Argument(help="The message (1..32000 characters)")],
+    task: Annotated[
+        bool, typer.Option("--task", help="Send a task (no reply owed) instead of a message")
+    ] = False,
+    work_item: Annotated[
+        str | None, typer.Option("--work-item", help="A work item the message is about (KEY, e.g. SUP-1)")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the turn and print the reply")] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=0.0, help="Seconds --wait waits before giving up (exit 2)")
+    ] = 120.0,
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Post a message (or --task) to a seat's inbox; --wait prints the seat's reply (CO-8, CO-28).
+
+    A task is owed no reply: with --wait it waits for the turn's end and prints its outcome. Exit 0
+    sent or answered; 1 unreachable, 503, failed or dead-lettered; 2 refused, or still queued or
+    running at --timeout.
+    """
+    out = Console(width=200, highlight=False)
+    err = Console(stderr=True, width=200, highlight=False)
+    body: dict[str, Any] = {"text": text, "kind": "task" if task else "message"}
+    if work_item:
+        body["work_item"] = work_item
+    code, answer = post_json(url, token, f"/seats/{handle}/messages", body, out=err)
+    if code != 0:
+        raise typer.Exit(code)
+    message_id = str(answer.get("message_id", ""))
+    if not wait:
+        if as_json:
+            typer.echo(json.dumps(answer, indent=2))
+        else:
+            out.print(f"{'task' if task else 'message'} {message_id} queued for {handle}", markup=False)
+        raise typer.Exit(0)
+    if not as_json:
+        err.print(f"{'task' if task else 'message'} {message_id} queued for {handle}; waiting", markup=False)
+    code, record = _wait(url, token, message_id, timeout, err)
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
+    status = record.get("status")
+    if code == 3:
+        turn = f" (turn {record['turn_id']})" if record.get("turn_id") else ""
+        err.print(
+            f"message {message_id} is still {status}{turn} after {timeout:g} s; "
+            f"ask again with GET /messages/{message_id}",
+            markup=False,
+        )
+        raise typer.Exit(2)
+    if code != 0:
+        raise typer.Exit(code)
+    if status == "answered":
+        if not as_json:
+            reply = record.get("reply") or ""
+            if task:
+                out.print(
+                    f"task done: turn {record.get('turn_id')} ended {record.get('outcome')}", markup=False
+                )
+                if reply:
+                    out.print(reply, markup=False)
+            else:
+                out.print(reply, markup=False)
+        raise typer.Exit(0)
+    err.print(
+        f"message {message_id} {status}: {record.get('error_kind') or record.get('outcome') or '?'}: "
+        f"{record.get('error') or 'no error recorded'}"
+        + (f" (turn {record['turn_id']})" if record.get("turn_id") else ""),
+        markup=False,
+    )
+    raise typer.Exit(1)

@@ -1,0 +1,250 @@
+"""The operator commands against one running node (CO-8, CO-28, FL-40, issue 15): ``crewlet send``,
+``crewlet turns``/``turn``, ``crewlet work list|show``, and ``crewlet migrate`` on a local store (FL-145).
+
+One node (``crewlet run``: offline provider, example company) serves the whole module; every
+command runs as a real ``crewlet`` process with ``CREWLET_URL``/``CREWLET_API_TOKEN`` in its
+environment, as an operator would run it.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from crewlet.cli import app
+from tests.support.procs import REPO, TOKEN, VENV_BIN, Node, free_port, write_yaml
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    d = tmp_path_factory.mktemp("opcli")
+    port = free_port()
+    n = Node(["run", "--data-dir", str(d / "data"), "--port", str(port)], dir=d, port=port)
+    try:
+        n.wait_ready(60)
+        yield n
+    finally:
+        n.stop()
+
+
+@dataclass
+class Ran:
+    """What one command printed and its exit code."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def crewlet(*args: str, url: str | None = None, token: str = TOKEN, process: bool = False) -> Ran:
+    """Run ``crewlet ARGS`` with ``CREWLET_URL``/``CREWLET_API_TOKEN`` set: in-process through Typer's
+    runner (fast), or with ``process`` as a real ``crewlet`` process (the console script)."""
+    env = {"CREWLET_API_TOKEN": token, "CREWLET_URL": url or "", "COLUMNS": "200"}
+    if process:
+        done = subprocess.run(
+            [str(VENV_BIN / "crewlet"), *args],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            cwd=REPO,
+            env={"PATH": "/usr/bin:/bin", **{k: v for k, v in env.items() if v}},
+        )
+        return Ran(done.returncode, done.stdout, done.stderr)
+    result = CliRunner().invoke(app, list(args), env={k: (v or None) for k, v in env.items()})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+@pytest.fixture(scope="module")
+def answered(node: Node) -> dict[str, Any]:
+    """One message sent with ``--wait --json``: the final ``GET /messages/{id}`` record."""
+    out = crewlet(
+        "send", "triage", "The lantern CLI crashes when the config is empty", "--wait", "--json", url=node.url
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    record: dict[str, Any] = json.loads(out.stdout)
+    return record
+
+
+def test_send_wait_prints_the_seats_reply(node: Node, answered: dict[str, Any]) -> None:
+    """CO-28: ``crewlet send triage "..." --wait`` prints the reply (the offline provider answers)."""
+    assert answered["status"] == "answered" and answered["seat"] == "triage" and answered["turn_id"]
+    out = crewlet(
+        "send", "triage", "Docs for the export command are outdated", "--wait", url=node.url, process=True
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().startswith("[offline]"), out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_send_without_wait_prints_the_id_and_task_wait_reports_the_turn(node: Node) -> None:
+    out = crewlet("send", "triage", "just queue it", "--json", url=node.url)
+    assert out.returncode == 0, out.stderr
+    sent = json.loads(out.stdout)
+    assert set(sent) >= {"message_id", "event_id", "trace_id"}
+    out = crewlet("send", "triage", "a task for you", "--task", "--wait", url=node.url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("task done: turn ") and " ended " in out.stdout
+
+
+def test_send_failures_are_one_clear_line_and_non_zero(node: Node) -> None:
+    out = crewlet("send", "nobody", "hello", url=node.url)
+    assert out.returncode == 2 and "unknown_seat" in out.stderr and "'nobody'" in out.stderr, out.stderr
+    out = crewlet("send", "founder", "hello", url=node.url)  # a human seat has no inbox
+    assert out.returncode == 2 and "human_seat_has_no_inbox" in out.stderr, out.stderr
+    out = crewlet("send", "triage", "hello", "--work-item", "SUP-999999", url=node.url)
+    assert out.returncode == 2 and "unknown_work_item" in out.stderr, out.stderr
+    out = crewlet("send", "triage", "hello", url=node.url, token="wrong-token-wrong-token-wrong-x")
+    assert out.returncode == 2 and "401" in out.stderr, out.stderr
+    stopped = f"http://127.0.0.1:{free_port()}"
+    out = crewlet("send", "triage", "hello", "--wait", url=stopped, process=True)
+    assert out.returncode == 1 and f"cannot reach the node at {stopped}" in out.stderr, out.stderr
+    out = crewlet("send", "triage", "hello", url=node.url, token="")
+    assert out.returncode == 2 and "CREWLET_API_TOKEN" in out.stderr
+    for o in (out,):
+        assert "Traceback" not in o.stderr + o.stdout
+
+
+def test_send_wait_timeout_says_still_pending_and_exits_2(node: Node) -> None:
+    """``--timeout 0``: one look, then "still queued/running" and exit 2. Twenty messages posted to the
+    same seat first keep it busy (a seat runs one turn at a time), so the command's own message is
+    still waiting at its first look."""
+    with httpx.Client(base_url=node.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
+        for i in range(20):
+            r = c.post("/seats/docs/messages", json={"text": f"keep busy {i}"})
+            assert r.status_code == 202, r.text
+    out = crewlet("send", "docs", "behind twenty", "--wait", "--timeout", "0", url=node.url)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "is still queued" in out.stderr or "is still running" in out.stderr, out.stderr
+    assert "after 0 s" in out.stderr
+
+
+def test_turns_table_and_json(node: Node, answered: dict[str, Any]) -> None:
+    out = crewlet("turns", "--seat", "triage", "--limit", "100", url=node.url)
+    assert out.returncode == 0, out.stderr
+    assert answered["turn_id"] in out.stdout and "triage" in out.stdout and "delivered" in out.stdout
+    assert "lead" not in out.stdout.split("turns (")[1]  # the filter is applied
+    out = crewlet("turns", "--limit", "2", "--json", url=node.url)
+    view = json.loads(out.stdout)
+    assert out.returncode == 0 and 1 <= len(view["turns"]) <= 2 and view["coverage"]["partial"] is False
+    out = crewlet("turns", "--limit", "0", url=node.url)
+    assert out.returncode == 2 and "--limit" in out.stderr
+
+
+def test_turn_tree_shows_phases_rounds_and_tool_calls(node: Node, answered: dict[str, Any]) -> None:
+    out = crewlet("turn", answered["turn_id"], url=node.url)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert f"turn {answered['turn_id']}" in text and "seat triage" in text
+    assert "execute #1" in text and "round 1" in text and "tool " in text and "tokens " in text
+    assert "[offline]" in text  # seat text is printed as text, not read as markup
+    out = crewlet("turn", answered["turn_id"], "--json", url=node.url)
+    turn = json.loads(out.stdout)
+    assert turn["turn_id"] == answered["turn_id"] and turn["record"]["rounds"]
+    out = crewlet("turn", "no-such-turn", url=node.url)
+    assert out.returncode == 2 and "unknown_turn" in out.stderr and "no-such-turn" in out.stderr
+
+
+def test_work_list_and_show(node: Node, answered: dict[str, Any]) -> None:
+    out = crewlet("work", "list", "--json", url=node.url)
+    assert out.returncode == 0, out.stderr
+    items = json.loads(out.stdout)["items"]
+    assert items, "the triage turn files a work item"
+    key = items[-1]["key"]
+    out = crewlet("work", "list", "--assignee", items[-1]["assignee"] or "lead", url=node.url)
+    assert out.returncode == 0 and key in out.stdout and "[offline]" in out.stdout
+    out = crewlet("work", "show", key, url=node.url)
+    assert out.returncode == 0, out.stderr
+    assert key in out.stdout and "status" in out.stdout and "comments (" in out.stdout
+    shown = json.loads(crewlet("work", "show", key, "--json", url=node.url).stdout)
+    assert shown["key"] == key and isinstance(shown["comments"], list)
+    out = crewlet("work", "show", "SUP-999999", url=node.url)
+    assert out.returncode == 2 and "404" in out.stderr
+    out = crewlet("work", "list", "--status", "bogus-status", url=node.url)
+    assert out.returncode == 2 and "status" in out.stderr, out.stderr
+
+
+# -- crewlet migrate (local: the node's own store, never the broker) --------------------------------
+
+
+def test_migrate_check_is_1_on_a_fresh_store_and_0_after_migrate(tmp_path: Path) -> None:
+    """CO-28 Check: ``--check`` exits 1 on a fresh store and 0 on a migrated one."""
+    store = tmp_path / "store"
+    out = crewlet("migrate", "--check", "--data-dir", str(store), process=True)
+    assert out.returncode == 1 and "estate.db: create" in out.stdout and "node.db: create" in out.stdout
+    assert not (store / "estate.db").exists()  # --check changes nothing
+    out = crewlet("migrate", "--data-dir", str(store))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (store / "estate.db").exists() and (store / "node.db").exists()
+    out = crewlet("migrate", "--check", "--data-dir", str(store), "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["pending"] == []
+
+
+def test_migrate_upgrades_an_older_file(tmp_path: Path) -> None:
+    """A file missing an index (as an older build wrote it) lists it pending; migrate adds it back."""
+    store = tmp_path / "store"
+    assert crewlet("migrate", "--data-dir", str(store)).returncode == 0
+    con = sqlite3.connect(store / "estate.db")
+    con.execute("DROP INDEX ix_tasks_assignee")
+    con.commit()
+    con.close()
+    out = crewlet("migrate", "--check", "--data-dir", str(store))
+    assert out.returncode == 1 and "estate.db: index ix_tasks_assignee" in out.stdout, out.stdout
+    out = crewlet("migrate", "--data-dir", str(store))
+    assert out.returncode == 0 and "index ix_tasks_assignee" in out.stdout
+    assert crewlet("migrate", "--check", "--data-dir", str(store)).returncode == 0
+
+
+def test_migrate_refuses_a_scratch_store_naming_store_scratch(tmp_path: Path) -> None:
+    """FL-145 accept: ``crewlet migrate`` on a satellite config exits non-zero naming store.scratch."""
+    satellite = write_yaml(
+        tmp_path / "satellite.yaml",
+        {
+            "node": {"id": "s", "roles": ["seats"]},
+            "store": {"dir": str(tmp_path / "sat"), "scratch": True},
+            "stream": {"type": "nats", "url": "nats://127.0.0.1:4222"},
+            "api": {"port": 0},
+        },
+    )
+    out = crewlet("migrate", "--node", str(satellite))
+    assert out.returncode == 2 and "store.scratch" in out.stderr, out.stderr
+    assert not (tmp_path / "sat").exists()
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / ".scratch").write_text("store.scratch: true\n")
+    out = crewlet("migrate", "--check", "--data-dir", str(marked))
+    assert out.returncode == 2 and "store.scratch" in out.stderr
+    assert sorted(p.name for p in marked.iterdir()) == [".scratch"]
+
+
+def test_migrate_refuses_a_store_a_running_node_holds(node: Node) -> None:
+    out = crewlet("migrate", "--data-dir", str(node.log_path.parent / "data"))
+    assert out.returncode == 2 and "in use by" in out.stderr, out.stdout + out.stderr
+    out = crewlet("migrate", "--check", "--data-dir", str(node.log_path.parent / "data"))
+    assert out.returncode == 0 and "current" in out.stdout, out.stdout + out.stderr
+
+
+def test_knowledge_import_shows_a_progress_bar_on_a_terminal_only(node: Node, tmp_path: Path) -> None:
+    """Issue 15: ``knowledge import`` draws a bar (pages done of found) on a terminal; piped, plain lines."""
+    for name in ("alpha", "beta"):
+        (tmp_path / f"{name}.md").write_text(f"# Progress {name}\n\nbody of {name}\n")
+    env = {"PATH": "/usr/bin:/bin", "CREWLET_URL": node.url, "CREWLET_API_TOKEN": TOKEN}
+    command = f"{VENV_BIN / 'crewlet'} knowledge import {tmp_path} --space ENG"
+    tty = subprocess.run(  # util-linux `script` gives the command a pseudo-terminal
+        ["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=90, env=env
+    )
+    assert tty.returncode == 0, tty.stdout + tty.stderr
+    assert "importing pages" in tty.stdout and "2/2" in tty.stdout, tty.stdout
+    piped = crewlet("knowledge", "import", str(tmp_path), "--space", "ENG", url=node.url)
+    assert piped.returncode == 0 and "2 page(s)" in piped.stdout
+    assert "importing pages" not in piped.stdout + piped.stderr
