@@ -203,6 +203,8 @@ def main() -> int:
     print(f"  export CREWLET_API_TOKEN={token}")
     print(f"  export GITHUB_WEBHOOK_SECRET={secret}")
     print(f'  curl -H "Authorization: Bearer $CREWLET_API_TOKEN" {url}/turns')
+    print(f"  CREWLET_URL={url} .venv/bin/crewlet send triage 'What is open?' --wait")
+    print(f"  the operator UI: {url}/ui/ (it asks for the token once)")
     print("Press Ctrl-C to drain and stop it.", flush=True)
     return proc.wait()
 
