@@ -16,7 +16,7 @@ import httpx
 import typer
 from rich.console import Console
 
-__all__ = ["JsonFlag", "Token", "Url", "call", "show_view"]
+__all__ = ["JsonFlag", "Token", "Url", "call", "refusal_text", "show_view"]
 
 Url = Annotated[str, typer.Option("--url", "-url", envvar="CREWLET_URL", help="A node's base URL")]
 """The ``--url`` option: a node's base URL."""
@@ -26,7 +26,16 @@ JsonFlag = Annotated[bool, typer.Option("--json", "-json", help="Print the raw a
 """The ``--json`` option: print the route's answer as JSON instead of a table."""
 
 
-def call(method: str, url: str, token: str, path: str, *, timeout: float, out: Console) -> tuple[int, Any]:
+def call(
+    method: str,
+    url: str,
+    token: str,
+    path: str,
+    *,
+    timeout: float,
+    out: Console,
+    body: dict[str, Any] | None = None,
+) -> tuple[int, Any]:
     """Send one request; return ``(exit code, answer)``.
 
     Args:
@@ -36,9 +45,10 @@ def call(method: str, url: str, token: str, path: str, *, timeout: float, out: C
         path: The route with its query string.
         timeout: Seconds to wait for the answer.
         out: Where the refusals are printed.
+        body: A JSON body to send, or None for none.
 
     Returns:
-        ``(0, body)`` for a 200; ``(1, None)`` when the node cannot be reached or answers no JSON;
+        ``(0, body)`` for a 2xx; ``(1, None)`` when the node cannot be reached or answers no JSON;
         ``(1, body)`` for a 503/504 and ``(2, body)`` for any other refusal, printed as
         ``refused (<status> <code>): <detail>``.
     """
@@ -48,7 +58,7 @@ def call(method: str, url: str, token: str, path: str, *, timeout: float, out: C
     base = url.rstrip("/")
     try:
         with httpx.Client(timeout=timeout) as client:
-            r = client.request(method, base + path, headers={"Authorization": f"Bearer {token}"})
+            r = client.request(method, base + path, json=body, headers={"Authorization": f"Bearer {token}"})
     except httpx.HTTPError as e:
         out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}", markup=False)
         return 1, None
@@ -57,13 +67,27 @@ def call(method: str, url: str, token: str, path: str, *, timeout: float, out: C
     except ValueError:
         out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}", markup=False)
         return 1, None
-    if r.status_code == 200:
+    if 200 <= r.status_code < 300:
         return 0, answer
     code = answer.get("error", "") if isinstance(answer, dict) else ""
-    detail = answer.get("detail", "") if isinstance(answer, dict) else answer
-    text = detail if isinstance(detail, str) else json.dumps(detail)
-    out.print(f"refused ({r.status_code} {code}): {text}", markup=False)
+    out.print(f"refused ({r.status_code} {code}): {refusal_text(answer)}", markup=False)
     return (1 if r.status_code in (503, 504) else 2), answer
+
+
+def refusal_text(answer: Any) -> str:
+    """The readable part of a refusal's JSON: its ``detail``, a validation error as
+    ``field: message; ...`` (each field named), anything else as JSON."""
+    if not isinstance(answer, dict):
+        return json.dumps(answer)
+    detail = answer.get("detail", answer)
+    if isinstance(detail, list):  # a validation error: name each field
+        parts = []
+        for d in detail:
+            if isinstance(d, dict):
+                where = d.get("path") or ".".join(str(x) for x in d.get("loc", []) if x != "body")
+                parts.append(f"{where}: {d.get('message') or d.get('msg')}")
+        return "; ".join(parts) or json.dumps(detail)
+    return detail if isinstance(detail, str) else json.dumps(detail)
 
 
 def show_view(

@@ -31,7 +31,6 @@ use, conflicting options.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import sqlite3
@@ -168,22 +167,18 @@ def _resolve(node: Path | None, data_dir: Path | None) -> Path:
 
 
 def _lock(store: Path) -> Any:
-    """Take the store's ``.lock`` as a booting node does; exits 2 naming the holder when a node runs."""
+    """Take the store's ``.lock`` exactly as a booting node does (:func:`crewlet.node._lock_store`);
+    exits 2 naming the holder when a node runs there, 1 when the directory cannot be made."""
+    from shared.errors import UsageError
+
+    from .node import StoreInUse, _lock_store
+
     try:
-        store.mkdir(parents=True, exist_ok=True)
-        handle = open(store / ".lock", "a+")  # noqa: SIM115 - closed by the caller
-    except OSError as e:
-        _fail(f"store.dir {store}: {e.strerror or e}", 1)
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        _fail(
-            f"store.dir {store} is in use by {holder}: stop that node first (a running node migrates at boot)"
-        )
-    return handle
+        return _lock_store(store)
+    except StoreInUse as e:
+        _fail(f"{e} (a running node migrates its store at boot)")
+    except UsageError as e:
+        _fail(str(e), 1)
 
 
 async def _apply(store: Path) -> None:

@@ -31,7 +31,6 @@ import json
 import time
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 
@@ -45,53 +44,6 @@ POLL = 0.25
 """Seconds between two ``GET /messages/{id}`` while waiting."""
 ENDED = {"answered", "failed", "dead_lettered"}
 """Statuses a message does not leave (services/seats/messages.py)."""
-
-
-def _refusal(r: httpx.Response) -> str:
-    try:
-        answer = r.json()
-    except ValueError:
-        return r.text[:500]
-    if not isinstance(answer, dict):
-        return json.dumps(answer)
-    detail = answer.get("detail", answer)
-    if isinstance(detail, list):  # a validation error: name each field
-        parts = []
-        for d in detail:
-            if isinstance(d, dict):
-                where = d.get("path") or ".".join(str(x) for x in d.get("loc", []) if x != "body")
-                parts.append(f"{where}: {d.get('message') or d.get('msg')}")
-        return "; ".join(parts) or json.dumps(detail)
-    return detail if isinstance(detail, str) else json.dumps(detail)
-
-
-def post_json(url: str, token: str, path: str, body: dict[str, Any], *, out: Console) -> tuple[int, Any]:
-    """POST ``body`` as JSON to ``path``; return ``(exit code, answer)`` like :func:`crewlet._node_api.call`.
-
-    Returns:
-        ``(0, body)`` for a 2xx; ``(1, None)`` unreachable or no JSON; ``(1, body)`` for 503/504;
-        ``(2, body)`` for any other refusal, printed ``refused (<status> <code>): <detail>``.
-    """
-    if not token:
-        out.print("no API token: set CREWLET_API_TOKEN or pass --token")
-        return 2, None
-    base = url.rstrip("/")
-    try:
-        with httpx.Client(timeout=TIMEOUT) as client:
-            r = client.post(base + path, json=body, headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as e:
-        out.print(f"cannot reach the node at {base}: {type(e).__name__}: {e}", markup=False)
-        return 1, None
-    try:
-        answer = r.json()
-    except ValueError:
-        out.print(f"{base}{path} answered {r.status_code}: {r.text[:500]}", markup=False)
-        return 1, None
-    if 200 <= r.status_code < 300:
-        return 0, answer
-    code = answer.get("error", "") if isinstance(answer, dict) else ""
-    out.print(f"refused ({r.status_code} {code}): {_refusal(r)}", markup=False)
-    return (1 if r.status_code in (503, 504) else 2), answer
 
 
 def _wait(url: str, token: str, message_id: str, timeout: float, out: Console) -> tuple[int, dict[str, Any]]:
@@ -145,7 +97,7 @@ def send(
     body: dict[str, Any] = {"text": text, "kind": "task" if task else "message"}
     if work_item:
         body["work_item"] = work_item
-    code, answer = post_json(url, token, f"/seats/{handle}/messages", body, out=err)
+    code, answer = call("POST", url, token, f"/seats/{handle}/messages", timeout=TIMEOUT, out=err, body=body)
     if code != 0:
         raise typer.Exit(code)
     message_id = str(answer.get("message_id", ""))

@@ -1,9 +1,10 @@
 """The operator commands against one running node (CO-8, CO-28, FL-40, issue 15): ``crewlet send``,
 ``crewlet turns``/``turn``, ``crewlet work list|show``, and ``crewlet migrate`` on a local store (FL-145).
 
-One node (``crewlet run``: offline provider, example company) serves the whole module; every
-command runs as a real ``crewlet`` process with ``CREWLET_URL``/``CREWLET_API_TOKEN`` in its
-environment, as an operator would run it.
+One node (``crewlet run``: offline provider, example company) serves most of the module; a second
+(``scripted``) puts ``dev`` on a scripted model that can hold a turn or refuse it, for the
+``--wait`` outcomes the offline provider cannot produce. Commands run in-process through Typer's
+runner with ``CREWLET_URL``/``CREWLET_API_TOKEN`` set, and a few as a real ``crewlet`` process.
 """
 
 from __future__ import annotations
@@ -11,16 +12,20 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from crewlet.cli import app
+from tests.main_job.llm import OpenAIRouted
+from tests.main_job.wire import OPENAI
+from tests.support.llm_servers import Reply, is_review
 from tests.support.procs import REPO, TOKEN, VENV_BIN, Node, free_port, write_yaml
 
 
@@ -115,18 +120,69 @@ def test_send_failures_are_one_clear_line_and_non_zero(node: Node) -> None:
         assert "Traceback" not in o.stderr + o.stdout
 
 
-def test_send_wait_timeout_says_still_pending_and_exits_2(node: Node) -> None:
-    """``--timeout 0``: one look, then "still queued/running" and exit 2. Twenty messages posted to the
-    same seat first keep it busy (a seat runs one turn at a time), so the command's own message is
-    still waiting at its first look."""
-    with httpx.Client(base_url=node.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
-        for i in range(20):
-            r = c.post("/seats/docs/messages", json={"text": f"keep busy {i}"})
-            assert r.status_code == 202, r.text
-    out = crewlet("send", "docs", "behind twenty", "--wait", "--timeout", "0", url=node.url)
+@dataclass
+class Scripted:
+    """A second node whose ``dev`` seat runs on a scripted model: a message containing ``HOLD`` is
+    held at the model until ``release`` is set; one containing ``REFUSE`` is answered 400 (a
+    provider refusal is not retried: the turn fails)."""
+
+    node: Node
+    release: threading.Event
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scripted]:
+    release = threading.Event()
+
+    def respond(seat: str, body: Any) -> Reply:
+        text = json.dumps(body)
+        if is_review(body):
+            return OPENAI.tools(("submit_review", {"decision": "done", "notes": "fine"}))
+        if "REFUSE" in text:
+            return Reply({"error": {"message": "this model refuses"}}, status=400)
+        if "HOLD" in text:
+            release.wait(30)
+        return OPENAI.tools(("submit_work", {"outcome": "delivered", "summary": "scripted answer"}))
+
+    d = tmp_path_factory.mktemp("opcli-scripted")
+    with OpenAIRouted(respond=respond) as llm:
+        doc = yaml.safe_load((REPO / "examples" / "company.yaml").read_text())
+        doc["providers"]["llm"]["local"] = OPENAI.entry(llm, timeout_seconds=40.0)
+        doc["providers"]["llm"]["default"]["script"] = str(REPO / "examples" / "offline-script.yaml")
+        for unit in doc["units"]:
+            for role in unit["roles"]:
+                if role["handle"] == "dev":
+                    role["llm"] = "local"
+        company = write_yaml(d / "company.yaml", doc)
+        port = free_port()
+        n = Node(
+            ["run", "--data-dir", str(d / "data"), "--port", str(port), "--company", str(company)],
+            dir=d,
+            port=port,
+        )
+        try:
+            n.wait_ready(60)
+            yield Scripted(n, release)
+        finally:
+            release.set()
+            n.stop()
+
+
+def test_send_wait_timeout_says_still_pending_and_exits_2(scripted: Scripted) -> None:
+    """``--timeout 0``: one look, then "still queued/running" and exit 2 (the model holds the turn)."""
+    out = crewlet("send", "dev", "HOLD this one", "--wait", "--timeout", "0", url=scripted.node.url)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "is still queued" in out.stderr or "is still running" in out.stderr, out.stderr
     assert "after 0 s" in out.stderr
+    scripted.release.set()
+
+
+def test_send_wait_reports_a_failed_message_and_exits_1(scripted: Scripted) -> None:
+    scripted.release.set()
+    out = crewlet("send", "dev", "REFUSE this one", "--wait", "--timeout", "60", url=scripted.node.url)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "failed" in out.stderr and "refuses" in out.stderr, out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
 
 
 def test_turns_table_and_json(node: Node, answered: dict[str, Any]) -> None:
