@@ -6,7 +6,9 @@ COPY shared ./shared
 COPY services ./services
 COPY crewlet ./crewlet
 COPY examples ./examples
-RUN pip install --no-cache-dir . && useradd --system --home /var/lib/crewlet crewlet \
+# uid/gid 10001: the Kubernetes manifests run as this user (deploy/k8s)
+RUN pip install --no-cache-dir . && groupadd --system --gid 10001 crewlet \
+    && useradd --system --uid 10001 --gid 10001 --home /var/lib/crewlet crewlet \
     && mkdir -p /var/lib/crewlet && chown crewlet /var/lib/crewlet
 USER crewlet
 EXPOSE 8080

@@ -554,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     if stale:
         print("stale (run python -m crewlet.dashboards): " + ", ".join(stale), file=sys.stderr)
         return 1
+    done = "current" if args.check else "written"
+    print(f"{len(outputs())} files {done}: " + ", ".join(str(p.relative_to(REPO)) for p in outputs()))
     return 0
 
 

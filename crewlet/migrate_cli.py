@@ -16,9 +16,11 @@ runs the same steps on a stopped node's store:
 Pending steps are found by comparing the file with this build's schema built in memory (tables,
 their columns, named indexes, the FTS5 tables). Nothing is ever dropped or rewritten.
 
-The store: ``--node F`` (its ``store.dir``) or ``--data-dir D`` (a store directory; ``crewlet run
---data-dir D`` keeps it in ``D/<node id>``, found when it is the only one); default
-``.crewlet/$CREWLET_NODE_ID`` (``node-0``), where ``crewlet run`` keeps it. A scratch store (a node
+The store: ``--node F`` (its ``store.dir``) or ``--data-dir D`` read as ``crewlet run --data-dir D``
+reads it: the store is ``D/$CREWLET_NODE_ID`` (``node-0``), or the one node store below ``D``, or
+``D`` itself when it holds the store files; default ``.crewlet/node-0``, where ``crewlet run`` keeps
+it. A directory with no store yet is a fresh store and says so (a mistyped path shows up as "no
+store here yet" with the path it would create, never silently elsewhere). A scratch store (a node
 without ``data``: ``store.scratch: true`` in the node file, or the ``.scratch`` mark such a node
 leaves) is refused naming ``store.scratch`` (FL-145). This command is local: it opens the node's
 own files, never the broker.
@@ -148,12 +150,17 @@ def _resolve(node: Path | None, data_dir: Path | None) -> Path:
             _fail(f"{node}: {SCRATCH_REFUSAL}")
         store = cfg.store_dir
     else:
-        store = data_dir or Path(".crewlet") / os.environ.get("CREWLET_NODE_ID", "node-0")
-        if data_dir is not None and data_dir.is_dir() and not any((data_dir / f).exists() for f, _ in FILES):
+        node_id = os.environ.get("CREWLET_NODE_ID", "node-0")
+        store = (data_dir or Path(".crewlet")) / node_id  # where crewlet run --data-dir D keeps it
+        if data_dir is not None and any(
+            (data_dir / f).exists() for f in (*(f for f, _ in FILES), ".scratch")
+        ):
+            store = data_dir  # D is itself a store directory (a node file's store.dir)
+        elif data_dir is not None and data_dir.is_dir():
             below = sorted(
                 p for p in data_dir.iterdir() if p.is_dir() and any((p / f).exists() for f, _ in FILES)
             )
-            if len(below) == 1:  # crewlet run --data-dir D keeps the store in D/<node id>
+            if len(below) == 1:  # another node id than this environment's
                 store = below[0]
             elif len(below) > 1:
                 _fail(
@@ -198,7 +205,9 @@ def migrate(
     node: Annotated[
         Path | None, typer.Option("--node", "--config", help="The node file (its store.dir)")
     ] = None,
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="The store directory")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="As crewlet run --data-dir: the store is D/<node id>")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output")] = False,
 ) -> None:
     """Apply the store's pending schema steps without starting the node; ``--check`` lists them (CO-28, FL-145)."""
@@ -211,7 +220,8 @@ def migrate(
         if as_json:
             typer.echo(json.dumps({"store": str(store), "pending": before}, indent=2))
         elif before:
-            typer.echo(f"{store}: {len(before)} pending step(s):")
+            fresh = not any((store / f).exists() for f, _ in FILES)
+            typer.echo(f"{store}: {'no store here yet; ' if fresh else ''}{len(before)} pending step(s):")
             for step in before:
                 typer.echo(f"  {step}")
         else:

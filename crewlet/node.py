@@ -148,35 +148,47 @@ def load_roles(ctx: NodeContext) -> list[RoleService]:
 
 
 def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
-    """Mount the probes on every node and the roles' routers (only ``ingress`` has API routes, FL-16)."""
+    """Mount the probes and ``/metrics`` on every node and the roles' routers (only ``ingress`` has
+    API routes, FL-16)."""
     app = FastAPI(title=f"crewlet node {ctx.node_id}", version="0.1.0")
     install_error_handlers(app, tokens=tuple(t.token for t in ctx.cfg.api.auth.tokens))
     app.include_router(probes_router(ctx))
     for role in roles:
         if role.router is not None:
             app.include_router(role.router)
-    if "ingress" in ctx.cfg.roles:  # Prometheus text; nodes without ingress serve only probes (FL-16)
-        from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
-        from starlette.responses import Response
-
-        turn_registry = telemetry.default_metrics().registry
-        telemetry.webhook_counter()  # registered before the first scrape
-        telemetry.init_alarm_series()  # ES-92/FL-154: every alarm kind has a series from the start
-        fleet = telemetry.FleetCollector(ctx)  # the fleet as GET /fleet sees it, cached 1 s
-        fleet_registry = CollectorRegistry(auto_describe=True)
-        fleet_registry.register(fleet)
-
-        @app.get("/metrics", include_in_schema=False)
-        async def metrics() -> Response:
-            await fleet.refresh()
-            body = generate_latest(turn_registry)
-            if turn_registry is not REGISTRY:  # the alarm gauges and process metrics live there
-                body += generate_latest(REGISTRY)
-            body += generate_latest(fleet_registry)
-            return Response(body, media_type=CONTENT_TYPE_LATEST)
-
+    _mount_metrics(app, ctx)
     app.state.ctx = ctx
     return app
+
+
+def _mount_metrics(app: FastAPI, ctx: NodeContext) -> None:
+    """Serve ``GET /metrics`` (Prometheus text, no token) on every node, beside the probes.
+
+    Choice (issue 15 asks Prometheus to scrape every node): a node without ``ingress`` serves its
+    probes and ``/metrics`` and nothing else of the API (FL-16 otherwise). Without this, the turns,
+    tokens, alarms and apply lag of seats-only nodes (a satellite, the ``split`` profile's
+    ``worker-1``) would reach no dashboard. Series: the turn counters, the process registry (alarm
+    gauges, estate storage), and the fleet as this node sees it (:class:`telemetry.FleetCollector`,
+    read at scrape time, cached 1 s).
+    """
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+    from starlette.responses import Response
+
+    turn_registry = telemetry.default_metrics().registry
+    telemetry.webhook_counter()  # registered before the first scrape
+    telemetry.init_alarm_series()  # ES-92/FL-154: every alarm kind has a series from the start
+    fleet = telemetry.FleetCollector(ctx)
+    fleet_registry = CollectorRegistry(auto_describe=True)
+    fleet_registry.register(fleet)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        await fleet.refresh()
+        body = generate_latest(turn_registry)
+        if turn_registry is not REGISTRY:  # the alarm gauges and process metrics live there
+            body += generate_latest(REGISTRY)
+        body += generate_latest(fleet_registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 async def _open_coordination(ctx: NodeContext) -> coordination.Coordination:

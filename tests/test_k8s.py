@@ -99,6 +99,7 @@ def test_every_manifest_validates_against_the_pinned_kubernetes() -> None:
             "Service",
             "StatefulSet",
             "PodDisruptionBudget",
+            "PodDisruptionBudget",
             "Deployment",
         ]
     )
@@ -214,6 +215,9 @@ def test_nats_members_run_the_cluster_conf() -> None:
     assert c["image"] == compose["x-nats"]["image"]
     args = c["args"]
     assert args[:2] == ["-c", "/etc/nats/cluster.conf"]
+    # a drained member enters lame-duck mode first and two of three stay up through a disruption
+    assert "--signal ldm" in " ".join(c["lifecycle"]["preStop"]["exec"]["command"])
+    assert by_kind("PodDisruptionBudget")["nats"]["spec"]["maxUnavailable"] == 1
     service = sts["spec"]["serviceName"]
     routes = [f"nats://nats-{i}.{service}:6222" for i in range(sts["spec"]["replicas"])]
     assert args[args.index("--routes") + 1] == ",".join(routes)

@@ -5,7 +5,7 @@ orchestrator starts them. GitHub's real ``issues.opened`` delivery is posted to 
 the triage turn and the lead's turn run on the seats node (the only one with ``seats``), and what
 they leave in the tracker is read back through the ingress node: one work item, filed by triage,
 assigned to the lead, moved to ``in_progress`` with the lead's comment. The seats node serves the
-probes only (FL-16).
+probes and ``/metrics`` only (FL-16; ``/metrics`` on every node is issue 15's choice).
 """
 
 from __future__ import annotations
@@ -73,3 +73,8 @@ def test_split_nodes_run_the_main_job_together(
     roles = {n["id"]: sorted(n["roles"]) for n in fleet["nodes"]}
     assert roles == {"front": ["data", "ingress"], "back": ["data", "seats", "workers"]}
     assert {s["node"] for s in fleet["seats"]} == {"back"}
+    # the turns ran on the node without ingress: its /metrics (served beside the probes, no token)
+    # is where Prometheus finds them (issue 15)
+    text = httpx.get(back.url + "/metrics", timeout=10).text
+    assert 'crewlet_turns_total{outcome="delivered",seat="triage"} 1.0' in text, text[:2000]
+    assert "crewlet_node_info{broker_kind=" in text and 'node="back"' in text

@@ -235,11 +235,12 @@ def test_work_list_and_show(node: Node, answered: dict[str, Any]) -> None:
 
 def test_migrate_check_is_1_on_a_fresh_store_and_0_after_migrate(tmp_path: Path) -> None:
     """CO-28 Check: ``--check`` exits 1 on a fresh store and 0 on a migrated one."""
-    store = tmp_path / "store"
-    out = crewlet("migrate", "--check", "--data-dir", str(store), process=True)
+    store = tmp_path / "data" / "node-0"  # where crewlet run --data-dir DATA keeps it
+    out = crewlet("migrate", "--check", "--data-dir", str(tmp_path / "data"), process=True)
     assert out.returncode == 1 and "estate.db: create" in out.stdout and "node.db: create" in out.stdout
+    assert f"{store}: no store here yet; 2 pending step(s)" in out.stdout, out.stdout
     assert not (store / "estate.db").exists()  # --check changes nothing
-    out = crewlet("migrate", "--data-dir", str(store))
+    out = crewlet("migrate", "--data-dir", str(tmp_path / "data"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert (store / "estate.db").exists() and (store / "node.db").exists()
     out = crewlet("migrate", "--check", "--data-dir", str(store), "--json")
@@ -248,8 +249,8 @@ def test_migrate_check_is_1_on_a_fresh_store_and_0_after_migrate(tmp_path: Path)
 
 def test_migrate_upgrades_an_older_file(tmp_path: Path) -> None:
     """A file missing an index (as an older build wrote it) lists it pending; migrate adds it back."""
-    store = tmp_path / "store"
-    assert crewlet("migrate", "--data-dir", str(store)).returncode == 0
+    store = tmp_path / "data" / "node-0"
+    assert crewlet("migrate", "--data-dir", str(tmp_path / "data")).returncode == 0
     con = sqlite3.connect(store / "estate.db")
     con.execute("DROP INDEX ix_tasks_assignee")
     con.commit()
