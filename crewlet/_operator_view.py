@@ -3,21 +3,24 @@
 
 Like :func:`crewlet._node_api.show_view`, but the refusal line goes to stderr so ``--json`` output on
 stdout stays parseable, and the printer's console has markup off: seat output carries brackets
-(``[offline]``) that are text, not style.
+(``[offline]``) that are text, not style. The printer is handed a cleaned view (control characters
+shown as ``\\xNN``, :func:`crewlet._node_api.clean_view`); bad input, a bad token and an answer that
+is not a crewlet node's are refused by :func:`crewlet._node_api.call`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import typer
 from rich.console import Console
 
-from ._node_api import call
+from ._node_api import Need, call, print_view
 
-__all__ = ["fetch", "plain_console", "show"]
+__all__ = ["err_console", "fetch", "plain_console", "show"]
 
 
 def plain_console(width: int = 200) -> Console:
@@ -25,30 +28,70 @@ def plain_console(width: int = 200) -> Console:
     return Console(width=width, markup=False, highlight=False)
 
 
-def fetch(url: str, token: str, path: str, *, timeout: float) -> Any:
-    """GET ``path``; return the answer, or exit with :func:`call`'s code after one line on stderr.
+def err_console() -> Console:
+    """The stderr console the refusal lines go to."""
+    return Console(stderr=True, width=200, markup=False, highlight=False)
+
+
+def fetch(
+    url: str,
+    token: str,
+    path: str,
+    *,
+    timeout: float,
+    need: Need | None = None,
+    parts: Mapping[str, str] | None = None,
+    query: Mapping[str, Any] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> Any:
+    """GET ``path`` (its ``parts`` and ``query`` checked and encoded by :func:`call`); return the
+    answer, or exit with :func:`call`'s code after one line on stderr.
 
     Raises:
-        typer.Exit: 1 unreachable (the line names the URL) or 503/504; 2 refused (the line names the
-            status, the error code and the field) or no token.
+        typer.Exit: 1 unreachable (the line names the URL), 503/504, or not a crewlet answer
+            (``need`` missing); 2 refused (the line names the status, the error code and the field),
+            no or a bad token, or an argument that is not valid text.
     """
-    code, view = call("GET", url, token, path, timeout=timeout, out=Console(stderr=True, width=200))
+    code, view = call(
+        "GET",
+        url,
+        token,
+        path,
+        timeout=timeout,
+        out=err_console(),
+        need=need,
+        parts=parts,
+        query=query,
+        names=names,
+    )
     if code != 0:
         raise typer.Exit(code)
     return view
 
 
 def show(
-    url: str, token: str, path: str, *, as_json: bool, printer: Callable[[Any, Console], None], timeout: float
+    url: str,
+    token: str,
+    path: str,
+    *,
+    as_json: bool,
+    printer: Callable[[Any, Console], None],
+    timeout: float,
+    need: Need | None = None,
+    parts: Mapping[str, str] | None = None,
+    query: Mapping[str, Any] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> None:
-    """GET ``path`` and print it (raw JSON with ``as_json``, else through ``printer``); exit 0.
+    """GET ``path`` and print it (raw JSON with ``as_json``, else a cleaned view through ``printer``).
 
     Raises:
-        typer.Exit: Always: 0 shown, else :func:`fetch`'s code.
+        typer.Exit: Always: 0 shown, else :func:`fetch`'s code (1 when the printer cannot read it).
     """
-    view = fetch(url, token, path, timeout=timeout)
+    view = fetch(url, token, path, timeout=timeout, need=need, parts=parts, query=query, names=names)
     if as_json:
         typer.echo(json.dumps(view, indent=2))
-    else:
-        printer(view, plain_console())
-    raise typer.Exit(0)
+        raise typer.Exit(0)
+    where = url.rstrip("/") + (
+        path.format(**{k: quote(v, safe="") for k, v in parts.items()}) if parts else path
+    )
+    raise typer.Exit(print_view(printer, view, plain_console(), err_console(), where))

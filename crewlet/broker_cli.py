@@ -19,12 +19,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._node_api import JsonFlag, Token, Url, call, show_view
+from ._node_api import JsonFlag, Token, Url, call, clean_view, show_view
 
 __all__ = ["app"]
 
@@ -86,7 +85,14 @@ def list_cmd(
 ) -> None:
     """Print what each node advertises beside how the metadata group counts it (FL-147)."""
     show_view(
-        url, token, "/fleet/broker", as_json=as_json, printer=_print_view, timeout=LIST_TIMEOUT, width=140
+        url,
+        token,
+        "/fleet/broker",
+        as_json=as_json,
+        printer=_print_view,
+        timeout=LIST_TIMEOUT,
+        width=140,
+        need={"node": str},
     )
 
 
@@ -104,15 +110,26 @@ def remove_cmd(
     token: Token = "",
 ) -> None:
     """Remove a member gone for good from the broker's metadata group (FL-149)."""
-    out = Console(width=140)
+    out = Console(width=140, markup=False, highlight=False)
     if bool(node) == bool(peer):
         out.print("name exactly one voter: NODE, or --peer ID")
         raise typer.Exit(2)
     target = node or peer
-    route = f"/fleet/broker/remove/{target}" if node else f"/fleet/broker/remove-peer/{target}"
-    query = httpx.QueryParams({"confirm": confirm, **({"force": "true"} if force else {})})
-    code, answer = call("POST", url, token, f"{route}?{query}", timeout=REMOVE_TIMEOUT, out=out)
+    route = "/fleet/broker/remove/{target}" if node else "/fleet/broker/remove-peer/{target}"
+    code, answer = call(
+        "POST",
+        url,
+        token,
+        route,
+        parts={"target": target},
+        query={"confirm": confirm, "force": "true" if force else None},
+        names={"target": "NODE" if node else "--peer"},
+        timeout=REMOVE_TIMEOUT,
+        out=out,
+        need={"peer": str, "by": str},
+    )
     if code == 0:
+        answer = clean_view(answer)
         voters = ", ".join(p["name"] for p in (answer.get("group") or {}).get("peers", []))
         out.print(
             f"removed {answer.get('node') or '(name unknown)'} ({answer['peer']}) by {answer['by']}; voters now: {voters}"

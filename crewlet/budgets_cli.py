@@ -19,12 +19,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._node_api import JsonFlag, Token, Url, call, show_view
+from ._node_api import JsonFlag, Token, Url, call, clean_view, show_view
 
 __all__ = ["app"]
 
@@ -65,7 +64,15 @@ def show_cmd(
     as_json: JsonFlag = False,
 ) -> None:
     """Print caps, spend of the current windows and refusing scopes (FL-120)."""
-    show_view(url, token, "/budgets", as_json=as_json, printer=_print_view, timeout=TIMEOUT)
+    show_view(
+        url,
+        token,
+        "/budgets",
+        as_json=as_json,
+        printer=_print_view,
+        timeout=TIMEOUT,
+        need={"scopes": list, "timezone": str},
+    )
 
 
 @app.command("reset")
@@ -81,15 +88,24 @@ def reset_cmd(
 
     An empty ``--scope`` (e.g. from an unset shell variable) is refused, never read as "all".
     """
-    out = Console(width=160)
+    out = Console(width=160, markup=False, highlight=False)
     if scope is not None and not scope.strip():
         out.print(
             "--scope: empty; name a scope (org, agent:<handle>) or leave the option out for all", markup=False
         )
         raise typer.Exit(2)
-    path = "/budgets/reset" + (f"?{httpx.QueryParams({'scope': scope})}" if scope else "")
-    code, answer = call("POST", url, token, path, timeout=TIMEOUT, out=out)
+    code, answer = call(
+        "POST",
+        url,
+        token,
+        "/budgets/reset",
+        query={"scope": scope or None},
+        timeout=TIMEOUT,
+        out=out,
+        need={"scope": str, "zeroed": list},
+    )
     if code == 0:
+        answer = clean_view(answer)
         zeroed = answer.get("zeroed", [])
         if not zeroed:
             out.print(f"reset {answer['scope']}: nothing was counted in the current windows", markup=False)

@@ -3,8 +3,9 @@
 Each node's row carries its posture and its config epoch with the apply status (``3 ok``,
 ``2 error``); a node's apply error is printed in full below the table.
 
-Exit 0 when the node answered; 1 when it could not be reached or answered 503 (lease store
-unavailable); 2 when no token is set or the token is refused.
+Exit 0 when the node answered; 1 when it could not be reached, answered 503 (lease store
+unavailable) or answered what is not a crewlet node's view; 2 when no token is set, the token or the
+URL is not usable, or the node refused.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 from rich.console import Console
 from rich.table import Table
+
+from ._node_api import call, print_view
 
 __all__ = ["show"]
 
@@ -27,7 +29,8 @@ def _config_cell(node: dict[str, Any]) -> str:
 
 
 def show(url: str, token: str, *, as_json: bool = False, console: Console | None = None) -> int:
-    """Fetch ``{url}/fleet`` and print it.
+    """Fetch ``{url}/fleet`` and print it (through :func:`crewlet._node_api.call`: a bad token or URL
+    is refused before anything is sent, an answer that is not a crewlet node's is one line).
 
     Args:
         url: The node's base URL.
@@ -38,27 +41,19 @@ def show(url: str, token: str, *, as_json: bool = False, console: Console | None
     Returns:
         The exit code.
     """
-    out = console or Console(width=120)
-    if not token:
-        out.print("no API token: set CREWLET_API_TOKEN (or pass --token)")
-        return 2
-    try:
-        with httpx.Client(timeout=10.0) as client:
-            r = client.get(url.rstrip("/") + "/fleet", headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as e:
-        out.print(f"cannot reach {url}: {e}")
-        return 1
-    if r.status_code in (401, 403):
-        out.print(f"{url} refused the token ({r.status_code}); set CREWLET_API_TOKEN")
-        return 2
-    if r.status_code != 200:
-        out.print(f"{url}/fleet answered {r.status_code}: {r.text}")
-        return 1
-    view: dict[str, Any] = r.json()
+    out = console or Console(width=120, markup=False, highlight=False)
+    code, view = call("GET", url, token, "/fleet", timeout=10.0, out=out, need={"nodes": list, "seats": list})
+    if code != 0:
+        return code
     if as_json:
         out.print_json(json.dumps(view))
         return 0
-    nodes = Table(title=f"nodes (asked {view.get('asked', url)})")
+    return print_view(_print, view, out, out, url.rstrip("/") + "/fleet")
+
+
+def _print(view: dict[str, Any], out: Console) -> None:
+    """Print a cleaned ``GET /fleet`` answer: nodes, seats, duties, unmanned roles."""
+    nodes = Table(title=f"nodes (asked {view.get('asked', '?')})")
     for col in ("node", "roles", "labels", "broker", "protocol", "posture", "config", "seats", "in flight"):
         nodes.add_column(col)
     errors: list[tuple[str, str]] = []
@@ -104,4 +99,3 @@ def show(url: str, token: str, *, as_json: bool = False, console: Console | None
             "unplaceable seats: "
             + ", ".join(f"{u['seat']} ({u['selector']})" for u in view["unplaceable_seats"])
         )
-    return 0

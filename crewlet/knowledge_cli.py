@@ -12,9 +12,11 @@ re-import of unchanged pages changes nothing and keeps every version).
   all titled "Onboarding", and a title is unique per space].
 - **body**: the Markdown after the front matter.
 
-Every file is checked before anything is posted: a file that is not UTF-8, has malformed front
-matter, or a body over 1 MiB is reported as ``FILE: message`` and nothing is written (exit 2); an
-unknown space is refused the same way. Exit 0 when every page landed, 1 when a post failed.
+Every file is checked before anything is posted: a file that is not UTF-8 (or whose name is not),
+has malformed front matter, or a body over 1 MiB is reported as ``FILE: message`` and nothing is
+written (exit 2); an unknown space is refused the same way. The requests go through
+:func:`crewlet._node_api.call`: a bad token is refused before anything is sent, and a URL that is not
+a crewlet node is one line (exit 1). Exit 0 when every page landed, 1 when a post failed.
 
 On a terminal a progress bar (pages posted of pages found, on stderr) runs while the pages are
 posted (issue 15); piped or redirected output gets the plain lines only.
@@ -26,13 +28,15 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import httpx
 import typer
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ._node_api import Need, bad_text, call, clean
 
 __all__ = ["PageFile", "app", "progress_bar", "read_pages"]
 
@@ -81,6 +85,9 @@ def read_pages(root: Path, *, space: str | None = None) -> tuple[list[PageFile],
         errors.append(f"{root}: no Markdown (*.md) files found")
     for f in files:
         rel = f.relative_to(root).as_posix()
+        if bad_text("path", str(f)):  # a name Python kept as undecodable bytes
+            errors.append(f"{clean(str(f))}: the file name is not UTF-8; rename it")
+            continue
         raw = f.read_bytes()
         try:
             text = raw.decode("utf-8")
@@ -106,6 +113,10 @@ def read_pages(root: Path, *, space: str | None = None) -> tuple[list[PageFile],
         heading = _HEADING.search(body)
         title = str(front.get("title") or (heading.group(1) if heading else "") or f.stem).strip()
         key = space or str(front.get("space") or f.parent.name)
+        why = bad_text("front matter title", title) or bad_text("front matter space", key)
+        if why:
+            errors.append(f"{f}: {why}")
+            continue
         pages.append(PageFile(f, rel, key, " ".join(title.split()), body))
     seen: dict[tuple[str, str], int] = {}
     for p in pages:
@@ -141,7 +152,7 @@ def _group() -> None:
     """The native knowledge base (CO-25)."""
 
 
-def _fail(lines: list[str], code: int = 2) -> None:
+def _fail(lines: list[str], code: int = 2) -> NoReturn:
     for line in lines:
         typer.echo(line, err=True)
     raise typer.Exit(code)
@@ -161,55 +172,73 @@ def import_cmd(
     token: Annotated[str, typer.Option("--token", envvar="CREWLET_API_TOKEN", help="API token")] = "",
 ) -> None:
     """Publish every Markdown file under DIRECTORY as a knowledge page (idempotent by space + title)."""
+    err = Console(stderr=True, width=200, markup=False, highlight=False)
+    why = bad_text("--space", space) if space else None
+    if why:
+        _fail([why])
     pages, errors = read_pages(directory, space=space)
     if errors:
         _fail(errors + ["nothing was imported"])
-    if not token:
-        _fail(["no API token: set CREWLET_API_TOKEN or pass --token"])
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60.0) as client:
-        try:
-            r = client.get("/knowledge/spaces")
-        except httpx.HTTPError as e:
-            _fail([f"cannot reach {url}: {e}"], 1)
-        if r.status_code in (401, 403):
-            _fail([f"{url} refused the token ({r.status_code}); set CREWLET_API_TOKEN or --token"])
-        if r.status_code != 200:
-            _fail([f"{url} answered {r.status_code}: {r.text}"], 1)
-        known = {s["key"] for s in r.json()["spaces"]}
+    with httpx.Client(timeout=60.0) as client:
+
+        def get(path: str, need: Need, **query: Any) -> Any:
+            code, answer = call(
+                "GET", url, token, path, query=query, need=need, timeout=60.0, out=err, client=client
+            )
+            if code != 0:
+                raise typer.Exit(code)
+            return answer
+
+        listed_spaces = get("/knowledge/spaces", {"spaces": list})["spaces"]
+        known = {str(s["key"]) for s in listed_spaces if isinstance(s, dict) and "key" in s}
         unknown = sorted({p.space for p in pages} - known)
         if unknown:
             _fail(
                 [
-                    f"space {s!r} does not exist (spaces: {', '.join(sorted(known)) or 'none'}); "
-                    f"give --space KEY"
+                    clean(
+                        f"space {s!r} does not exist (spaces: {', '.join(sorted(known)) or 'none'}); "
+                        f"give --space KEY"
+                    )
                     for s in unknown
                 ]
                 + ["nothing was imported"]
             )
-        before: dict[tuple[str, str], int] = {}
+        before: dict[tuple[str, Any], Any] = {}
         for s in sorted({p.space for p in pages}):
-            listed = client.get("/knowledge/pages", params={"space": s, "limit": 500}).json()
-            before.update({(s, pg["title"]): pg["version"] for pg in listed.get("pages", [])})
+            listed = get("/knowledge/pages", {"pages": list}, space=s, limit=500)["pages"]
+            before.update({(s, pg.get("title")): pg.get("version") for pg in listed if isinstance(pg, dict)})
         failed = 0
         counts = {"created": 0, "updated": 0, "unchanged": 0}
         with progress_bar("importing pages") as bar:
             task = bar.add_task("importing pages", total=len(pages))
-            for p in pages:
-                r = client.post("/knowledge/pages", json={"space": p.space, "title": p.title, "body": p.body})
+            for i, p in enumerate(pages):
+                code, answer = call(
+                    "POST",
+                    url,
+                    token,
+                    "/knowledge/pages",
+                    body={"space": p.space, "title": p.title, "body": p.body},
+                    need={"page": dict},
+                    timeout=60.0,
+                    out=err,
+                    client=client,
+                )
                 bar.advance(task)
-                if r.status_code != 200:
+                if code != 0:
                     failed += 1
-                    typer.echo(f"{p.path}: {r.status_code} {r.text}", err=True)
+                    typer.echo(clean(f"{p.path}: not imported"), err=True)
+                    if answer is None:  # unreachable, or not a crewlet node: the rest would fail alike
+                        failed += len(pages) - i - 1
+                        break
                     continue
-                page = r.json().get("page") or {}
+                page = answer["page"]
                 old = before.get((p.space, p.title))
                 state = (
                     "created" if old is None else ("unchanged" if page.get("version") == old else "updated")
                 )
                 counts[state] += 1
                 digest = hashlib.sha256(p.body.encode()).hexdigest()[:8]
-                typer.echo(f"{state:9} {p.space}/{p.title} v{page.get('version')} ({p.rel}, {digest})")
+                typer.echo(clean(f"{state:9} {p.space}/{p.title} v{page.get('version')} ({p.rel}, {digest})"))
     typer.echo(
         f"{len(pages) - failed} page(s): {counts['created']} created, {counts['updated']} updated, "
         f"{counts['unchanged']} unchanged" + (f"; {failed} failed" if failed else "")

@@ -20,8 +20,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._node_api import JsonFlag, Token, Url
-from ._operator_view import fetch, plain_console
+from ._node_api import JsonFlag, Token, Url, print_view
+from ._operator_view import err_console, fetch, plain_console
 
 __all__ = ["app"]
 
@@ -82,9 +82,11 @@ def print_status(view: dict[str, Any], out: Console) -> None:
 @app.command("status")
 def status_cmd(url: Url = "http://127.0.0.1:8080", token: Token = "", as_json: JsonFlag = False) -> None:
     """Show the object store and the collector's findings; exit 1 when any file is missing (FL-5, ES-75)."""
-    view = fetch(url, token, "/objects", timeout=TIMEOUT)
+    view = fetch(
+        url, token, "/objects", timeout=TIMEOUT, need={"store": object, "findings": object, "missing": int}
+    )
     if as_json:
         typer.echo(json.dumps(view, indent=2))
-    else:
-        print_status(view, plain_console())
+    elif print_view(print_status, view, plain_console(), err_console(), url.rstrip("/") + "/objects"):
+        raise typer.Exit(1)
     raise typer.Exit(1 if view.get("missing") else 0)

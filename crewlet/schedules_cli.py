@@ -75,7 +75,16 @@ def _print_view(view: dict[str, Any], out: Console) -> None:
 
 
 def _list(url: str, token: str, as_json: bool) -> None:
-    show_view(url, token, "/schedules", as_json=as_json, printer=_print_view, timeout=TIMEOUT, width=200)
+    show_view(
+        url,
+        token,
+        "/schedules",
+        as_json=as_json,
+        printer=_print_view,
+        timeout=TIMEOUT,
+        width=200,
+        need={"schedules": list},
+    )
 
 
 @app.callback(invoke_without_command=True)

@@ -9,7 +9,9 @@
   - ``answered``: prints the seat's reply (the turn's final artifact, CO-8/CO-31), exit 0;
   - ``failed`` / ``dead_lettered``: prints the status, ``error_kind`` and ``error``, exit 1;
   - ``--timeout`` seconds (default 120) pass first: says the message is still ``queued`` or
-    ``running`` (and its ``turn_id`` if any), exit 2 — the message stays in the seat's inbox.
+    ``running`` (and its ``turn_id`` if any) and the ``GET /messages/{id}`` to ask again, exit 2 —
+    the message stays in the seat's inbox. ``--timeout`` without ``--wait``, or not a finite
+    number (``nan``), is refused (exit 2).
 
   A task (``--task``) is owed no reply (CO-8), but its status moves through the same record, so
   ``--task --wait`` waits for the turn's end: it prints the turn's outcome and id (and the turn's
@@ -28,13 +30,15 @@ or still not finished at ``--timeout``.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 from rich.console import Console
 
-from ._node_api import JsonFlag, Token, Url, call
+from ._node_api import JsonFlag, Token, Url, call, clean, clean_view
 
 __all__ = ["ENDED", "TIMEOUT", "send"]
 
@@ -44,6 +48,21 @@ POLL = 0.25
 """Seconds between two ``GET /messages/{id}`` while waiting."""
 ENDED = {"answered", "failed", "dead_lettered"}
 """Statuses a message does not leave (services/seats/messages.py)."""
+
+
+def _get(url: str, token: str, message_id: str, out: Console) -> tuple[int, Any]:
+    """One ``GET /messages/{id}``; a record without a ``status`` is not a crewlet node's."""
+    return call(
+        "GET",
+        url,
+        token,
+        "/messages/{id}",
+        parts={"id": message_id},
+        names={"id": "the message id"},
+        need={"status": str},
+        timeout=TIMEOUT,
+        out=out,
+    )
 
 
 def _wait(url: str, token: str, message_id: str, timeout: float, out: Console) -> tuple[int, dict[str, Any]]:
@@ -56,13 +75,13 @@ def _wait(url: str, token: str, message_id: str, timeout: float, out: Console) -
     record: dict[str, Any] = {"message_id": message_id, "status": "queued"}
     quiet = Console(quiet=True)  # transient refusals (503 while a store elects) are retried quietly
     while True:
-        code, got = call("GET", url, token, f"/messages/{message_id}", timeout=TIMEOUT, out=quiet)
+        code, got = _get(url, token, message_id, quiet)
         if code == 0 and isinstance(got, dict):
             record = got
             if record.get("status") in ENDED:
                 return 0, record
         elif code == 2 or got is None:
-            call("GET", url, token, f"/messages/{message_id}", timeout=TIMEOUT, out=out)  # print why
+            _get(url, token, message_id, out)  # print why
             return code or 1, record
         if time.monotonic() >= deadline:
             return 3, record
@@ -80,8 +99,13 @@ def send(
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the turn and print the reply")] = False,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0.0, help="Seconds --wait waits before giving up (exit 2)")
-    ] = 120.0,
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0.0,
+            help="Seconds --wait waits before giving up (exit 2; default 120); needs --wait",
+        ),
+    ] = None,
     url: Url = "http://127.0.0.1:8080",
     token: Token = "",
     as_json: JsonFlag = False,
@@ -92,33 +116,55 @@ def send(
     sent or answered; 1 unreachable, 503, failed or dead-lettered; 2 refused, or still queued or
     running at --timeout.
     """
-    out = Console(width=200, highlight=False)
-    err = Console(stderr=True, width=200, highlight=False)
+    out = Console(width=200, markup=False, highlight=False)
+    err = Console(stderr=True, width=200, markup=False, highlight=False)
+    if timeout is not None and not wait:
+        err.print("--timeout: only --wait waits; add --wait or leave --timeout out")
+        raise typer.Exit(2)
+    if timeout is not None and not math.isfinite(timeout):
+        err.print(f"--timeout: {timeout} is not a finite number of seconds; give e.g. --timeout 120")
+        raise typer.Exit(2)
+    limit = 120.0 if timeout is None else timeout
     body: dict[str, Any] = {"text": text, "kind": "task" if task else "message"}
     if work_item:
         body["work_item"] = work_item
-    code, answer = call("POST", url, token, f"/seats/{handle}/messages", timeout=TIMEOUT, out=err, body=body)
+    code, answer = call(
+        "POST",
+        url,
+        token,
+        "/seats/{handle}/messages",
+        parts={"handle": handle},
+        names={"work_item": "--work-item"},
+        need={"message_id": str},
+        timeout=TIMEOUT,
+        out=err,
+        body=body,
+    )
     if code != 0:
         raise typer.Exit(code)
-    message_id = str(answer.get("message_id", ""))
+    message_id = answer["message_id"]
+    if not message_id:
+        err.print(f"the answer from {clean(url, one_line=True)} is not a crewlet node's: empty 'message_id'")
+        raise typer.Exit(1)
+    shown, who = clean(message_id, one_line=True), clean(handle, one_line=True)
     if not wait:
         if as_json:
             typer.echo(json.dumps(answer, indent=2))
         else:
-            out.print(f"{'task' if task else 'message'} {message_id} queued for {handle}", markup=False)
+            out.print(f"{'task' if task else 'message'} {shown} queued for {who}")
         raise typer.Exit(0)
     if not as_json:
-        err.print(f"{'task' if task else 'message'} {message_id} queued for {handle}; waiting", markup=False)
-    code, record = _wait(url, token, message_id, timeout, err)
+        err.print(f"{'task' if task else 'message'} {shown} queued for {who}; waiting")
+    code, record = _wait(url, token, message_id, limit, err)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
+    record = clean_view(record)
     status = record.get("status")
     if code == 3:
         turn = f" (turn {record['turn_id']})" if record.get("turn_id") else ""
         err.print(
-            f"message {message_id} is still {status}{turn} after {timeout:g} s; "
-            f"ask again with GET /messages/{message_id}",
-            markup=False,
+            f"message {shown} is still {status}{turn} after {limit:g} s; it stays in {who}'s inbox: "
+            f"ask again with GET {url.rstrip('/')}/messages/{quote(message_id, safe='')} (grant state:read)"
         )
         raise typer.Exit(2)
     if code != 0:
@@ -127,18 +173,15 @@ def send(
         if not as_json:
             reply = record.get("reply") or ""
             if task:
-                out.print(
-                    f"task done: turn {record.get('turn_id')} ended {record.get('outcome')}", markup=False
-                )
+                out.print(f"task done: turn {record.get('turn_id')} ended {record.get('outcome')}")
                 if reply:
-                    out.print(reply, markup=False)
+                    out.print(str(reply))
             else:
-                out.print(reply, markup=False)
+                out.print(str(reply))
         raise typer.Exit(0)
     err.print(
-        f"message {message_id} {status}: {record.get('error_kind') or record.get('outcome') or '?'}: "
+        f"message {shown} {status}: {record.get('error_kind') or record.get('outcome') or '?'}: "
         f"{record.get('error') or 'no error recorded'}"
-        + (f" (turn {record['turn_id']})" if record.get("turn_id") else ""),
-        markup=False,
+        + (f" (turn {record['turn_id']})" if record.get("turn_id") else "")
     )
     raise typer.Exit(1)

@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import quote, urlencode
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.tree import Tree
 
-from ._node_api import JsonFlag, Token, Url
+from ._node_api import JsonFlag, Token, Url, clean
 from ._operator_view import show
 
 __all__ = ["turn_cmd", "turns_cmd"]
@@ -64,8 +63,12 @@ def _coverage_note(view: dict[str, Any], out: Console) -> None:
         out.print(f"partial: {missing} did not answer; their turns are not listed", markup=False)
 
 
-def print_turns(view: dict[str, Any], out: Console) -> None:
-    """Print a ``GET /turns`` answer as a table (id, seat, outcome, tokens, duration, started)."""
+def print_turns(view: dict[str, Any], out: Console, *, seat: str | None = None) -> None:
+    """Print a ``GET /turns`` answer as a table (id, seat, outcome, tokens, duration, started).
+
+    With ``seat`` (the ``--seat`` filter) an empty answer says so: ``GET /turns`` filters by handle
+    and answers an unknown handle like an idle seat, so the command cannot tell them apart.
+    """
     table = Table(title=f"turns ({view.get('count', 0)})")
     for col in ("turn id", "seat", "outcome", "tokens", "duration", "started (UTC)", "node"):
         table.add_column(col, overflow="fold")
@@ -81,7 +84,14 @@ def print_turns(view: dict[str, Any], out: Console) -> None:
         )
     out.print(table)
     if not view.get("turns"):
-        out.print("no turns recorded", markup=False)
+        if seat:
+            out.print(
+                f"no turns recorded for seat {seat!r} (an unknown handle lists none either; "
+                "crewlet fleet status lists the seats)",
+                markup=False,
+            )
+        else:
+            out.print("no turns recorded", markup=False)
     _coverage_note(view, out)
 
 
@@ -155,15 +165,20 @@ def turns_cmd(
     as_json: JsonFlag = False,
 ) -> None:
     """List recent turns, newest first: id, seat, outcome, tokens, duration, started (CO-20, CO-28)."""
-    query: dict[str, Any] = {"limit": limit}
-    if seat:
-        query["seat"] = seat
+    shown = clean(seat) if seat else None
+
+    def printer(view: dict[str, Any], out: Console) -> None:
+        print_turns(view, out, seat=shown)
+
     show(
         url,
         token,
-        "/turns?" + urlencode(query),
+        "/turns",
+        query={"limit": limit, "seat": seat or None},
+        names={"seat": "--seat"},
+        need={"turns": list},
         as_json=as_json,
-        printer=print_turns,
+        printer=printer,
         timeout=TIMEOUT,
     )
 
@@ -178,7 +193,10 @@ def turn_cmd(
     show(
         url,
         token,
-        f"/turns/{quote(turn_id, safe='')}",
+        "/turns/{turn_id}",
+        parts={"turn_id": turn_id},
+        names={"turn_id": "turn ID"},
+        need={"turn_id": str},
         as_json=as_json,
         printer=print_turn,
         timeout=TIMEOUT,

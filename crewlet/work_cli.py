@@ -15,7 +15,6 @@ Exit codes: 0 shown; 1 unreachable or 503; 2 refused (unknown key 404, bad token
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import quote, urlencode
 
 import typer
 from rich.console import Console
@@ -122,7 +121,9 @@ def list_cmd(
     show(
         url,
         token,
-        "/work?" + urlencode(query),
+        "/work",
+        query=query,
+        need={"items": list},
         as_json=as_json,
         printer=print_items,
         timeout=TIMEOUT,
@@ -140,7 +141,9 @@ def show_cmd(
     show(
         url,
         token,
-        f"/work/{quote(key, safe='')}",
+        "/work/{key}",
+        parts={"key": key},
+        need={"key": str},
         as_json=as_json,
         printer=print_item,
         timeout=TIMEOUT,
