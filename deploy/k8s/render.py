@@ -31,7 +31,7 @@ MAPS: dict[str, dict[str, Path]] = {
 
 
 class _Literal(str):
-    pass
+    """A string dumped as a YAML literal block (``|``), so the embedded files stay readable."""
 
 
 yaml.SafeDumper.add_representer(

@@ -35,7 +35,11 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from shared import logs
+
 __all__ = ["CACHE_SECONDS", "FLEET_SERIES", "FleetCollector"]
+
+_log = logs.get("telemetry")
 
 CACHE_SECONDS = 1.0
 """How long one refresh answers scrapes (seconds)."""
@@ -117,8 +121,8 @@ class FleetCollector(Collector):
             try:
                 async with asyncio.timeout(REFRESH_BUDGET):
                     samples += await self._mailboxes()
-            except Exception:  # noqa: BLE001 - a broker hiccup leaves the mailbox series out
-                pass
+            except Exception as e:  # noqa: BLE001 - a broker hiccup leaves the mailbox series out
+                _log.debug("metrics_mailboxes_unread", error=f"{type(e).__name__}: {e}")
             self._samples = samples
             self._at = time.monotonic()
 
