@@ -7,16 +7,28 @@ Every write is a compare-and-set; the answers are yes, no (:class:`RevisionAdvan
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 from collections.abc import Callable
 
 from shared import logs
-from shared.coordination import Coordination, CoordinationUnavailable, OutcomeUnknown, RevisionConflict
+from shared.coordination import (
+    Coordination,
+    CoordinationBusy,
+    CoordinationUnavailable,
+    OutcomeUnknown,
+    RevisionConflict,
+)
 
 from ._errors import ControlUnavailable, PayloadUnopenable, RevisionAdvanced, UnknownRevision
 from ._records import ACTIVATION_KEY, Activation, Revision, Sealer
 
-__all__ = ["ControlStore"]
+__all__ = ["BUSY_RETRIES", "ControlStore"]
+
+BUSY_RETRIES = 6
+"""How often :meth:`ControlStore.store` repeats a create refused as busy (10164) before it reports
+unknown; 50–100 ms apart at first, doubling (3–6 s in all)."""
 
 _log = logs.get("control")
 
@@ -42,15 +54,31 @@ class ControlStore:
     async def store(self, revision: Revision) -> None:
         """Keep ``revision`` in history (idempotent for a seed's content-derived id).
 
+        A create refused as busy (server code 10164: another writer's proposal on the same key is
+        uncommitted — several nodes booting together write one content-derived seed id) is repeated
+        up to :data:`BUSY_RETRIES` times: nothing of it landed, and repeating an idempotent create
+        either lands or meets the other writer's copy (FL-109).
+
         Raises:
             ControlUnavailable: the store did not answer (the write may have landed).
         """
-        try:
-            await self.coord.create("revisions", revision.revision_id, revision.encode(self.sealer))
-        except RevisionConflict:
-            return  # already kept: ids are unique, or content-derived for seeds
-        except CoordinationUnavailable as e:
-            raise ControlUnavailable(f"revision {revision.revision_id} may not be stored: {e}") from None
+        payload = revision.encode(self.sealer)
+        delay = 0.05
+        for attempt in range(BUSY_RETRIES + 1):
+            try:
+                await self.coord.create("revisions", revision.revision_id, payload)
+                return
+            except RevisionConflict:
+                return  # already kept: ids are unique, or content-derived for seeds
+            except CoordinationBusy as e:
+                if attempt == BUSY_RETRIES:
+                    raise ControlUnavailable(
+                        f"revision {revision.revision_id} may not be stored: {e}"
+                    ) from None
+                await asyncio.sleep(delay * (1 + random.random()))
+                delay *= 2
+            except CoordinationUnavailable as e:
+                raise ControlUnavailable(f"revision {revision.revision_id} may not be stored: {e}") from None
 
     async def get(self, revision_id: str) -> Revision:
         """Return one revision with its document.
@@ -151,6 +179,9 @@ class ControlStore:
         Raises:
             RevisionAdvanced: ``expected_epoch`` was given and the pointer is elsewhere (FL-106).
             ControlUnavailable: the store did not answer; re-read the pointer to learn the outcome.
+
+        A compare-and-set refused as busy (10164, nodes booting together) is re-read and tried
+        again within the 20 attempts, as a lost race is.
         """
         for _ in range(20):
             try:
@@ -175,6 +206,11 @@ class ControlStore:
             except RevisionConflict:
                 if expected_epoch is not None:
                     raise RevisionAdvanced(revision.revision_id, await self._current_id()) from None
+                continue
+            except CoordinationBusy:
+                # another node's CAS on the pointer is uncommitted (10164): nothing of this one
+                # landed; re-read and decide again (the pointer may have moved: RevisionAdvanced)
+                await asyncio.sleep(0.05 * (1 + random.random()))
                 continue
             except OutcomeUnknown as e:
                 raise ControlUnavailable(

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from shared import control
-from shared.coordination import Coordination
+from shared.coordination import Coordination, CoordinationBusy
 from shared.secrets import Keyring
 
 DOC = {"name": "Acme", "mission": "m1"}
@@ -152,3 +152,40 @@ def test_redact_and_diff() -> None:
     assert control.masked_credentials(red) == ["providers.llm.a.api_keys", "mcp_servers[0].env"]
     assert control.masked_credentials(before) == []
     assert control.diff(before, before) == []
+
+
+class _BusyFirst:
+    """The real coordination store, whose first ``busy`` creates are refused as 10164 is (the key's
+    leader holding another writer's uncommitted proposal, as when nodes boot together)."""
+
+    def __init__(self, inner: Coordination, busy: int) -> None:
+        self.inner, self.busy, self.creates = inner, busy, 0
+
+    async def create(self, slot: str, key: str, value: bytes) -> int:
+        self.creates += 1
+        if self.busy > 0:
+            self.busy -= 1
+            raise CoordinationBusy(f"{key}: leader has an uncommitted proposal (10164)")
+        return await self.inner.create(slot, key, value)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+async def test_a_seed_refused_as_busy_is_stored_on_a_repeat_and_read_back(
+    kv: Coordination, keyring: Keyring
+) -> None:
+    busy = _BusyFirst(kv, busy=2)
+    r = rev(summary="seed")
+    await control.ControlStore(busy, keyring).store(r)  # type: ignore[arg-type]
+    assert busy.creates == 3
+    assert (await control.ControlStore(kv, keyring).get(r.revision_id)).document == DOC
+
+
+async def test_a_create_busy_past_the_retries_is_reported_unknown(kv: Coordination, keyring: Keyring) -> None:
+    from shared.control._store import BUSY_RETRIES
+
+    busy = _BusyFirst(kv, busy=BUSY_RETRIES + 1)
+    with pytest.raises(control.ControlUnavailable, match="may not be stored"):
+        await control.ControlStore(busy, keyring).store(rev())  # type: ignore[arg-type]
+    assert busy.creates == BUSY_RETRIES + 1
