@@ -1,9 +1,11 @@
 """A scripted OpenAI-compatible model server for the turn benchmarks, run as its own process.
 
 Run: ``python -m bench._llm --delay 0.2 --mode one`` prints ``PORT <n>`` on its first line and
-serves ``POST /v1/chat/completions`` on 127.0.0.1 until it is signalled. It is a copy of the shape
-of ``tests/support/llm_servers.py`` (a stdlib ``ThreadingHTTPServer``, HTTP/1.1 keep-alive) that
-answers by rule instead of from a queue, so concurrent turns of many seats get the right reply:
+serves ``POST /v1/chat/completions`` on 127.0.0.1 until it is signalled: minimal HTTP/1.1 with
+keep-alive on one asyncio loop (issue 16: the stdlib ``ThreadingHTTPServer`` it was, one thread per
+connection, answered 128 concurrent 200 ms calls in ~0.5–3.5 s on 2 cores, so the model, not the
+node, bounded 5c). It answers by rule instead of from a queue, so concurrent turns of many seats get
+the right reply:
 
 - ``--mode two``: a conversation with no tool result yet gets one ``create_work_item`` call (no
   assignee, so no other seat is woken); once a tool result is in it, one ``submit_work`` call. Two
@@ -15,19 +17,19 @@ In both modes a reviewer's request (its only tool is ``submit_review``, CO-30) g
 ``submit_review{decision: done}``: every turn adds one review round, so a ``one`` turn makes two
 model calls and the bound of a node is ``max_concurrent / (2 × delay)`` turns per second.
 
-``--delay`` seconds are slept before each answer (the model's latency). It runs in its own process
-so its threads do not share the benchmark driver's interpreter lock.
+``--delay`` seconds are awaited before each answer (the model's latency). It runs in its own
+process so it does not share the benchmark driver's interpreter lock.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import itertools
 import json
 import sys
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 __all__ = ["reply_for"]
@@ -86,6 +88,44 @@ def reply_for(body: Any, mode: str, project: str) -> dict[str, Any]:
     return _call("submit_work", {"outcome": "delivered", "summary": "Done by the bench"})
 
 
+async def _serve_conn(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float, mode: str, project: str
+) -> None:
+    """Answer the requests of one keep-alive HTTP/1.1 connection until the client closes it."""
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            path = lines[0].split(" ")[1] if len(lines[0].split(" ")) > 1 else ""
+            length = 0
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value.strip() or 0)
+            raw = await reader.readexactly(length) if length else b""
+            if not path.rstrip("/").endswith("/chat/completions"):
+                data = json.dumps({"error": {"message": f"no route {path}"}}).encode()
+                status = "404 Not Found"
+            else:
+                try:
+                    body: Any = json.loads(raw)
+                except ValueError:
+                    body = {}
+                if delay:
+                    await asyncio.sleep(delay)
+                data = json.dumps(reply_for(body, mode, project)).encode()
+                status = "200 OK"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+        pass
+    finally:
+        writer.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve until killed; print ``PORT <n>`` first."""
     ap = argparse.ArgumentParser(prog="python -m bench._llm")
@@ -93,51 +133,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mode", choices=("one", "two"), default="two")
     ap.add_argument("--project", default="BEN")
     opts = ap.parse_args(argv)
-    count = itertools.count(1)
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out as two writes; with Nagle on, the body waits for the client's
-        # delayed ACK (~40 ms per answer on loopback).
-        disable_nagle_algorithm = True
+    async def serve() -> None:
+        server = await asyncio.start_server(
+            lambda r, w: _serve_conn(r, w, opts.delay, opts.mode, opts.project),
+            "127.0.0.1",
+            0,
+            backlog=1024,  # 128+ calls in flight must not be refused at connect
+        )
+        port = server.sockets[0].getsockname()[1]
+        print(f"PORT {port}", flush=True)
+        async with server:
+            await server.serve_forever()
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802 - stdlib name
-            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            try:
-                body: Any = json.loads(raw)
-            except ValueError:
-                body = {}
-            if not self.path.rstrip("/").endswith("/chat/completions"):
-                data = json.dumps({"error": {"message": f"no route {self.path}"}}).encode()
-                status = 404
-            else:
-                if opts.delay:
-                    time.sleep(opts.delay)
-                data = json.dumps(reply_for(body, opts.mode, opts.project)).encode()
-                status = 200
-                next(count)
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-        request_queue_size = 256  # 32+ turns in flight must not be refused at connect
-
-    httpd = Server(("127.0.0.1", 0), Handler)
-    print(f"PORT {httpd.server_address[1]}", flush=True)
-    try:
-        httpd.serve_forever(0.05)
-    except KeyboardInterrupt:
-        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve())
     sys.exit(0)
 
 

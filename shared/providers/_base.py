@@ -14,7 +14,6 @@ difference back; it is an estimate, not a bound (text dense in rare tokens can c
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from abc import ABC, abstractmethod
@@ -23,7 +22,7 @@ from typing import ClassVar
 
 from shared.config import Cooldowns
 
-from ._types import ChatRequest, Completion
+from ._types import ChatRequest, Completion, plain
 
 __all__ = ["DEFAULT_MAX_OUTPUT_TOKENS", "DEFAULT_TIMEOUT_SECONDS", "LlmProvider", "prompt_text"]
 
@@ -42,7 +41,7 @@ def prompt_text(request: ChatRequest) -> str:
     sizes a round by it.
     """
     return request.system + json.dumps(
-        [dataclasses.asdict(m) for m in request.messages] + [dataclasses.asdict(t) for t in request.tools],
+        [plain(m) for m in request.messages] + [plain(t) for t in request.tools],
         ensure_ascii=False,
         sort_keys=True,
     )

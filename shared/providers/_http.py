@@ -1,4 +1,4 @@
-"""What the two HTTP backends share: one reused httpx client per entry, and the translation of
+"""What the two HTTP backends share: reused httpx pools per entry, and the translation of
 httpx outcomes into the CO-12 failure classes (httpx errors never leave this seam).
 
 HTTP mapping (CO-12, ours following the orig classes): 429/402 → ``rate_limit``; 401/403 →
@@ -11,7 +11,9 @@ never benched), so the turn's redelivery waits as long as the server asked (issu
 Concurrency (ours, issue 14): at most ``max_concurrent`` calls (default
 :data:`DEFAULT_MAX_CONCURRENT`, 8) are in flight at once per API key of an entry in this process;
 a further call waits for a free slot before it is sent (the wait is not part of
-``timeout_seconds``). The bound lives on the entry object, which an apply rebuilds: for the moment
+``timeout_seconds``). The entry's connections (``max_concurrent`` × keys of them at most) live in
+httpx pools of :data:`SHARD_CONNECTIONS`, every one kept alive between calls (issue 16: httpx's
+default pool kept 20 alive, so calls beyond the 20th dialled a new connection each time). The bound lives on the entry object, which an apply rebuilds: for the moment
 two applies overlap, the old and the new generation each have their own slots.
 """
 
@@ -45,6 +47,23 @@ __all__ = ["DEFAULT_MAX_CONCURRENT", "HttpProvider", "loads_arguments", "parse_r
 DEFAULT_MAX_CONCURRENT = 8
 """Calls in flight at once per API key of an entry, in one process (ours, issue 14); an entry's
 ``max_concurrent`` overrides it."""
+
+SHARD_CONNECTIONS = 8
+"""Connections of one of an entry's httpx pools (issue 16). httpcore scans every connection of a pool
+(``has_expired``, ``is_idle``) on each request and each answer: one pool of 32 connections cost ~10 %
+of a node's CPU at 32 turns in flight, growing with the square of the calls in flight. Pools of 8,
+filled first-fit, keep that scan short."""
+
+
+class _Shard:
+    """One httpx pool of an entry and the calls it carries now."""
+
+    __slots__ = ("busy", "client")
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+        self.busy = 0
+
 
 _CONTEXT_MARKERS = (
     "context_length_exceeded",
@@ -98,8 +117,9 @@ def _error_text(body: bytes) -> str:
 
 
 class HttpProvider(LlmProvider):
-    """Base of the httpx backends: one :class:`httpx.AsyncClient` per entry, reused by every
-    call and every key (infra-facts T2: building a client costs ~17 ms).
+    """Base of the httpx backends: :class:`httpx.AsyncClient` pools of :data:`SHARD_CONNECTIONS`
+    connections per entry, reused by every call and every key (infra-facts T2: building a client
+    costs ~17 ms; the pools share one TLS context, so a further pool costs ~1 ms).
 
     Args:
         key: The ``providers.llm`` key.
@@ -144,7 +164,8 @@ class HttpProvider(LlmProvider):
             raise ValueError(f"providers.llm.{key}.max_concurrent: {max_concurrent} must be >= 1")
         self.base_url = base_url.rstrip("/")
         self.max_concurrent = max_concurrent
-        self._client: httpx.AsyncClient | None = None
+        self._shards: list[_Shard] = []  # the entry's connection pools, filled first-fit
+        self._tls: Any = None  # one TLS context for every shard (building one costs ~20 ms)
         self._gates: dict[int, asyncio.Semaphore] = {}  # key index -> its call slots
 
     def _gate(self) -> asyncio.Semaphore:
@@ -154,16 +175,34 @@ class HttpProvider(LlmProvider):
             gate = self._gates[self.key_index] = asyncio.Semaphore(self.max_concurrent)
         return gate
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_seconds))
-        return self._client
+    def _shard(self) -> _Shard:
+        """The first connection pool with room for one more call; a new one when all are full.
+
+        The gates bound the calls in flight to ``max_concurrent`` × keys, so there are at most that
+        many / :data:`SHARD_CONNECTIONS` pools, each keeping all its connections alive.
+        """
+        for shard in self._shards:
+            if shard.busy < SHARD_CONNECTIONS:
+                return shard
+        if self._tls is None:
+            self._tls = httpx.create_ssl_context()
+        shard = _Shard(
+            httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_seconds),
+                verify=self._tls,
+                limits=httpx.Limits(
+                    max_connections=SHARD_CONNECTIONS, max_keepalive_connections=SHARD_CONNECTIONS
+                ),
+            )
+        )
+        self._shards.append(shard)
+        return shard
 
     async def aclose(self) -> None:
-        """Close the entry's connection pool."""
-        if self._client is not None:
-            client, self._client = self._client, None
-            await client.aclose()
+        """Close the entry's connection pools."""
+        shards, self._shards = self._shards, []
+        for shard in shards:
+            await shard.client.aclose()
 
     async def _post_json(self, url: str, headers: Mapping[str, str], body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON and return the decoded 2xx object.
@@ -173,7 +212,12 @@ class HttpProvider(LlmProvider):
         """
         try:
             async with self._gate():
-                response = await self._http().post(url, headers=dict(headers), json=body)
+                shard = self._shard()
+                shard.busy += 1
+                try:
+                    response = await shard.client.post(url, headers=dict(headers), json=body)
+                finally:
+                    shard.busy -= 1
         except httpx.TimeoutException as e:
             raise ProviderTimeout(
                 f"{self.key}: no answer within {self.timeout_seconds:g} s ({type(e).__name__})",

@@ -7,6 +7,8 @@ Plain frozen dataclasses, the same for every backend: the executor builds a
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,7 +24,40 @@ __all__ = [
     "ToolResultMessage",
     "ToolSpec",
     "UserMessage",
+    "plain",
 ]
+
+_SCALARS = (str, int, float, bool, type(None))
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def plain(value: Any) -> Any:
+    """``dataclasses.asdict`` for any value, at a fraction of its cost (issue 16).
+
+    The same result: a dataclass becomes a dict of its fields, recursively; lists, tuples (named
+    ones too) and dicts (as plain dicts) are rebuilt with their items made plain; anything else is
+    deep-copied.
+    The field names of each class are looked up once (``asdict`` calls ``fields`` for every
+    instance, which dominated a turn's record and its prompt size estimate).
+    """
+    if isinstance(value, _SCALARS):
+        return value
+    cls = type(value)
+    names = _FIELDS.get(cls)
+    if names is None and dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(value))
+    if names is not None:
+        return {n: plain(getattr(value, n)) for n in names}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        if hasattr(value, "_fields"):  # a named tuple, rebuilt as asdict does
+            return cls(*[plain(v) for v in value])
+        return cls(plain(v) for v in value)
+    return copy.deepcopy(value)
+
 
 StopReason = Literal["end", "tool_use", "max_tokens", "refusal", "context_exceeded", "paused"]
 """CO-12's normalised stop reasons (orig vocabulary)."""

@@ -61,11 +61,6 @@ CREATE INDEX IF NOT EXISTS turns_started ON turns(started_at);
 _FILTERS = ("seat", "work_item", "work_key", "outcome")
 
 
-def _jsonable(value: Any) -> Any:
-    """Round-trip through JSON (dataclass leftovers become strings)."""
-    return json.loads(json.dumps(value, default=str))
-
-
 class TurnStore:
     """Turn records in ``node.db`` (CO-20).
 
@@ -159,8 +154,8 @@ class TurnStore:
 
     async def turn_finished(self, result: Any) -> None:
         """Write the final row: outcome, tokens, charge, and the whole record as JSON."""
-        record = _jsonable(result.to_dict())
-        record["node"] = self._node
+        record = result.to_dict()
+        record["node"] = self._node  # one JSON pass below; dataclass leftovers become strings
         charge = result.work_item.key if result.work_item is not None else None
         await asyncio.to_thread(
             self._write,
@@ -178,7 +173,7 @@ class TurnStore:
                 len(result.rounds),
                 len(result.tool_calls),
                 result.ended_at or time.time(),
-                json.dumps(record),
+                json.dumps(record, default=str),
                 result.turn_id,
             ),
         )

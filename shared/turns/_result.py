@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shared.providers import Message, ToolCall
+from shared.providers._types import plain  # asdict at a fraction of its cost (issue 16)
 from shared.tools import Submission
 
 from ._trigger import ReplyMode, Trigger
@@ -455,9 +456,8 @@ class TurnResult:
 
     def to_dict(self) -> dict[str, Any]:
         """Return the record as JSON-able data (dataclasses become objects)."""
-        out = dataclasses.asdict(self)
-        out.pop("start")
-        start = dataclasses.asdict(self.start)
+        out = {f: plain(getattr(self, f)) for f in _RESULT_FIELDS if f != "start"}
+        start = plain(self.start)
         start["trigger"] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in start["trigger"].items()}
         out.update(start)
         out["failed"] = self.failed
@@ -530,3 +530,6 @@ def work_item_charge(
         key, one = next(iter(seen.items()))
         charge = WorkItemCharge(key, one.get("id"), one["project"], "sole_write")
     return list(seen), charge
+
+
+_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(TurnResult))
