@@ -41,7 +41,7 @@ from ._env import (
     wait_held,
     write_company,
 )
-from ._result import Row, failed, row_from
+from ._result import Row, failed, not_measured, row_from
 
 __all__ = ["run"]
 
@@ -117,4 +117,31 @@ def run(ctx: Ctx) -> list[Row]:
         "CREWLET_AGENT pre-created with max_consumers raised: the server default (1 000 per stream) stops boot at 500 seats"
     )
     params["kb_per_seat"] = round((statistics.median(fig) - statistics.median(floor)) * 1024 / seats, 1)
-    return [row_from(label, "MB", fig, "idle node, no seats", floor, parameters=params)]
+    return [row_from(label, "MB", fig, "idle node, no seats", floor, parameters=params), _ten_thousand(info)]
+
+
+def _ten_thousand(info: dict[str, Any]) -> Row:
+    """Row 9b: 10 000 idle seats, not measured on this machine; why, from the 1 000-seat run.
+
+    Every held seat's loop fetches from its inbox once a second, so an "idle" node's CPU grows with
+    its seats (``idle_cpu_percent`` at 1 000); the boot creates two consumers per seat; the embedded
+    broker holds their state. Extrapolated linearly from the 1 000-seat node: the boot takes
+    minutes, the idle loops alone would keep about ``10 × idle_cpu_percent`` % of a core busy, and
+    the stream needs ``max_consumers`` ≥ 20 000.
+    """
+    boot = float(info.get("boot_to_all_held_s") or 0.0)
+    cpu = float(info.get("idle_cpu_percent") or 0.0)
+    broker = info.get("broker_rss_mb")
+    params: dict[str, Any] = {
+        "seats": 10_000,
+        "extrapolated_boot_s": round(10 * boot),
+        "extrapolated_idle_cpu_percent": round(10 * cpu),
+        "extrapolated_broker_rss_mb": round(10 * float(broker)) if broker else None,
+        "consumers_needed": 20_000,
+    }
+    reason = (
+        f"from the 1 000-seat node, 10 000 seats would boot in ~{10 * boot:.0f} s and their "
+        f"idle seat loops (one fetch per seat per second) would use ~{10 * cpu:.0f} % of a core on a "
+        f"2-core machine shared with the broker, so the node would not be idle and the RSS not an idle one"
+    )
+    return not_measured("9b RSS of one node holding 10,000 idle seats", "MB", reason, params)

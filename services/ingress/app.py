@@ -51,11 +51,13 @@ def service(ctx: NodeContext) -> RoleService:
 
     publisher = TriggerPublisher(publish, telemetry.inject)
     api = APIRouter()
+    # the webhook routes first: a request is matched against the routes in order, and these take
+    # the volume (no other route's path overlaps theirs, so the order decides nothing else)
+    api.include_router(webhooks.router(ctx, publisher))
+    api.include_router(github.router(ctx, publisher))
     api.include_router(fleet.router(ctx))
     api.include_router(broker.router(ctx))
     api.include_router(config.router(ctx))
-    api.include_router(webhooks.router(ctx, publisher))
-    api.include_router(github.router(ctx, publisher))
     api.include_router(messages.router(ctx, publisher))
     api.include_router(turns.router(ctx))
     api.include_router(work.router(ctx))

@@ -33,6 +33,8 @@ __all__ = ["NatsCoordination"]
 _KV_OP = "KV-Operation"
 _CONFLICT = 10071
 _UNCOMMITTED = 10164
+_MAX_TOMBSTONES = 10_000
+"""Tombstone sequences remembered for :meth:`NatsCoordination.create` (a bound, not a tuning)."""
 
 
 def _server_code(e: BaseException) -> int | None:
@@ -68,6 +70,7 @@ class NatsCoordination(Coordination):
     def __init__(self, js: JetStreamContext, buckets: dict[Slot, tuple[BucketSpec, KeyValue]]) -> None:
         self._js = js
         self._buckets = buckets
+        self._tombstones: dict[tuple[Slot, str], int] = {}
 
     def bucket(self, slot: Slot) -> BucketSpec:
         """Return the spec of ``slot``'s bucket."""
@@ -112,17 +115,40 @@ class NatsCoordination(Coordination):
         try:
             msg = await self._js.get_msg(f"KV_{spec.bucket}", subject=f"$KV.{spec.bucket}.{key}")
         except nats.js.errors.NotFoundError:
+            self._tombstones.pop((slot, key), None)
             return None
         except Exception as e:  # noqa: BLE001 - every library error is translated here
             raise self._translate(e, key, 0, write=False) from None
         headers = msg.headers or {}
         if msg.data is None or headers.get(_KV_OP) in ("DEL", "PURGE") or headers.get("Nats-Marker-Reason"):
-            return None  # deleted, purged, or an expiry marker (infra-facts N7)
+            # deleted, purged, or an expiry marker (infra-facts N7): remember where, for create
+            if msg.seq:
+                if len(self._tombstones) >= _MAX_TOMBSTONES:
+                    self._tombstones.clear()
+                self._tombstones[(slot, key)] = int(msg.seq)
+            return None
+        self._tombstones.pop((slot, key), None)
         return Entry(key, bytes(msg.data), int(msg.seq or 0), _parse_time(msg.time))
 
     async def create(self, slot: Slot, key: str, value: bytes) -> int:
-        """See :meth:`Coordination.create`."""
+        """See :meth:`Coordination.create`.
+
+        nats-py's ``create`` of a deleted key costs three round trips (a write expecting no
+        message, which the tombstone refuses; a read that finds the tombstone; the write at its
+        sequence). When a read of this store found the key's tombstone, the write is first sent
+        expecting that sequence: it lands only while the tombstone is still the key's last message,
+        which is "absent", so it is the same create in one round trip; refused, it falls back.
+        """
         kv = self._kv(slot)  # an unknown slot is the caller's mistake (ValueError), not "unknown"
+        tombstone = self._tombstones.pop((slot, key), None)
+        if tombstone is not None:
+            try:
+                return int(await kv.update(key, value, last=tombstone))
+            except Exception as e:  # noqa: BLE001
+                err = self._translate(e, key, 0, write=True)
+                if not isinstance(err, RevisionConflict):
+                    raise err from None
+                # written or deleted again since: the plain create decides
         try:
             return int(await kv.create(key, value))
         except Exception as e:  # noqa: BLE001
@@ -149,6 +175,13 @@ class NatsCoordination(Coordination):
     async def delete(self, slot: Slot, key: str, *, revision: int | None = None) -> bool:
         """See :meth:`Coordination.delete`."""
         kv = self._kv(slot)
+        if revision:
+            # a delete at a revision lands only while the key is at it: it was present (no read)
+            try:
+                await kv.delete(key, last=revision)
+            except Exception as e:  # noqa: BLE001
+                raise self._translate(e, key, revision, write=True) from None
+            return True
         present = await self.get(slot, key)
         if present is None and revision is None:
             return False

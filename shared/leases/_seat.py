@@ -27,13 +27,14 @@ starting new work.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from shared.coordination import Coordination, OutcomeUnknown, RevisionConflict
+from shared.coordination import Coordination, CoordinationUnavailable, OutcomeUnknown, RevisionConflict
 
 from ._epochs import EpochRecord, read_epoch
 from ._errors import LeaseContention
@@ -91,6 +92,12 @@ class SeatLease:
     def claiming(self) -> bool:
         """True while the holder is between steps 1 and 3 of a claim (epoch 0, FL-50)."""
         return self.record.epoch == 0
+
+
+def _retrieve(task: asyncio.Future[tuple[EpochRecord, int]]) -> None:
+    """Consume a prefetched read's error when the claim ended before using it (no asyncio warning)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class SeatLeases:
@@ -188,11 +195,32 @@ class SeatLeases:
                 self._inflight.pop(handle, None)
 
     async def _acquire(self, handle: str, nonce: str) -> Grant | None:
+        # The counter's first read goes out beside step 1's create instead of after it: reading is
+        # no step of FL-50 (only the CAS that follows must come after step 1's win, and it still
+        # does; a counter moved meanwhile fails that CAS, and the round re-reads). A claim of a
+        # free seat then waits for three writes, not three writes and a read.
+        counter: asyncio.Future[tuple[EpochRecord, int]] = asyncio.ensure_future(
+            read_epoch(self._coord, f"seat:{handle}")
+        )
+        counter.add_done_callback(_retrieve)
+        try:
+            return await self._claim(handle, nonce, counter)
+        finally:
+            counter.cancel()
+
+    async def _claim(
+        self, handle: str, nonce: str, counter: asyncio.Future[tuple[EpochRecord, int]] | None
+    ) -> Grant | None:
         resource = f"seat:{handle}"
         key = key_of(resource)
         spent = 0
         claim_rev = 0
-        # Step 1: the ownership key in a CLAIMING state.
+        # Step 1: the ownership key in a CLAIMING state. The first round creates it without reading
+        # first: a free seat (what a sweep claims) then costs the three writes of FL-50. A create
+        # refused (the key exists) or unknown leaves claim_rev 0 for the read below, which decides
+        # as before: somebody else's record, our own hold, or our own landed write.
+        with contextlib.suppress(RevisionConflict, OutcomeUnknown):
+            claim_rev = await self._coord.create("leases", key, self._record(handle, 0, nonce))
         while claim_rev == 0:
             spent += 1
             if spent > self._rounds:
@@ -227,7 +255,12 @@ class SeatLeases:
             spent += 1
             if spent > self._rounds:
                 raise LeaseContention(resource, self._rounds)
-            current, counter_rev = await read_epoch(self._coord, resource)
+            read: tuple[EpochRecord, int] | None = None
+            if counter is not None:  # the first round: the read sent beside step 1
+                prefetched, counter = counter, None
+                with contextlib.suppress(CoordinationUnavailable):  # failed early: read again now
+                    read = await prefetched
+            current, counter_rev = read or await read_epoch(self._coord, resource)
             if current.owner == self._owner and current.claim == nonce:
                 epoch = current.epoch  # our own write whose reply was lost
                 break

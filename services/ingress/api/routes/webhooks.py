@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -39,6 +40,19 @@ MAX_BODY_BYTES = 5 * 1024 * 1024
 """The largest webhook body accepted, in bytes (CO-9)."""
 
 _log = logs.get("ingress.webhook")
+
+_MAY_HOLD_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+"""Where a parsed body can get a surrogate code point from: a ``\\uD800``..``\\uDFFF`` escape, or
+the bytes of one (``json.loads`` decodes bytes with ``surrogatepass``). A body without either
+cannot hold a lone surrogate, so the re-encode that detects one is skipped (one pass over the raw
+bytes instead of serialising the whole payload on every delivery)."""
+
+
+def _may_hold_surrogate(body: bytes) -> bool:
+    """False only for a UTF-8 body with no surrogate escape or bytes (UTF-16/32 bodies: True)."""
+    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+        return True
+    return _MAY_HOLD_SURROGATE.search(body) is not None
 
 
 def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
@@ -96,7 +110,8 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
             )
         try:
             payload = json.loads(body)
-            json.dumps(payload, ensure_ascii=False).encode("utf-8")  # lone surrogates cannot be forwarded
+            if _may_hold_surrogate(body):  # lone surrogates cannot be forwarded
+                json.dumps(payload, ensure_ascii=False).encode("utf-8")
         except (UnicodeDecodeError, UnicodeEncodeError, ValueError) as e:
             raise api_error(400, "invalid_json", f"body: not JSON that can be forwarded ({e})") from None
         except RecursionError:
