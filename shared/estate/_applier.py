@@ -522,7 +522,7 @@ class Applier:
         attempt = 0
         while True:
             try:
-                await self._store.write(lambda conn: self._apply_batch(conn, items))
+                await self._store.write(lambda conn: self._apply_batch(conn, items), fast=True)
                 break
             except Exception as e:  # noqa: BLE001 - every apply failure is named and retried (ES-20)
                 attempt += 1

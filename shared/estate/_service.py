@@ -55,6 +55,9 @@ FLOOR_UNKNOWN_RETRY = 4.0
 _FLOOR_ALARM_AFTER = 4
 """Heartbeats a floor stays unreadable before the ``floor_unknown`` alarm (ES-92)."""
 _LEVELS = ("linearizable", "session", "stale", "consistent_prefix")
+_INLINE_READS = frozenset({"work.get"})
+"""Point reads run on the event loop thread (``EstateStore.read_inline``): a few indexed statements,
+cheaper than the reader thread hand-off (issue 16, figure 6d)."""
 
 DecideFn = Callable[[Connection, DecideCtx, dict[str, Any]], Decision]
 ReadFn = Callable[[Connection, dict[str, Any]], Any]
@@ -66,6 +69,9 @@ class _Write:
     view: ViewFn
     created: Callable[[Connection, str], bool] | None = None
     """For a create whose object id derives from its op id: does that object's row exist (ES-8)."""
+    inline: bool = False
+    """``decide`` and ``view`` use literal SQL only: their reads run on the event loop thread
+    (``EstateStore.read_inline``, issue 16)."""
 
 
 def _row_exists(table: str) -> Callable[[Connection, str], bool]:
@@ -86,7 +92,9 @@ class _FloorFacts:
 
 def _writes() -> dict[str, _Write]:
     return {
-        "work.create": _Write(_tracker.decide_create, _tracker_read.task_view, _row_exists("tasks")),
+        "work.create": _Write(
+            _tracker.decide_create, _tracker_read.task_view, _row_exists("tasks"), inline=True
+        ),
         "work.update": _Write(_tracker.decide_update, _tracker_read.task_view),
         "work.comment": _Write(_tracker.decide_comment, _tracker_read.comment_view, _row_exists("comments")),
         "project.upsert": _Write(_tracker.decide_project, lambda c, i: {"id": i}),
@@ -389,7 +397,12 @@ class EstateService:
         spec = self._writes[call.op]
         ctx = DecideCtx(op_id=op_id, writer=self.node_id, at=int(time.time() * 1_000_000), rules=self.rules)
         answer = await self.writer.write(
-            domain, op_id, lambda conn: spec.decide(conn, ctx, call.args), spec.view, created=spec.created
+            domain,
+            op_id,
+            lambda conn: spec.decide(conn, ctx, call.args),
+            spec.view,
+            created=spec.created,
+            inline=spec.inline,
         )
         if self.on_write is not None:
             try:
@@ -427,7 +440,10 @@ class EstateService:
                 )
         seen = applier.applied
         fn = self._reads[call.op]
-        data = await self.store.read(lambda conn: fn(conn, call.args))
+        if call.op in _INLINE_READS:
+            data = await self.store.read_inline(lambda conn: fn(conn, call.args))  # type: ignore[arg-type]
+        else:
+            data = await self.store.read(lambda conn: fn(conn, call.args))
         if call.op == "pages.search":
             data = self._search_answer(data, call.args)
         pos = Position(applier.stream, GENERATION, seen)

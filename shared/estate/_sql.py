@@ -9,11 +9,21 @@ table definitions in :mod:`~shared.estate._schema`, never from a record.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Connection, Row, Table
+from sqlalchemy import Connection, Table
 
-__all__ = ["insert_row", "one", "rows", "run", "update_row"]
+__all__ = ["SqlConn", "insert_row", "one", "rows", "run", "update_row"]
+
+
+class SqlConn(Protocol):
+    """A connection that runs literal SQL with ``?`` parameters: SQLAlchemy's ``Connection`` on the
+    reader and writer threads, or a ``PlainConn`` (plain ``sqlite3``) on the inline read path
+    (``EstateStore.read_inline``). Rows answer attribute access and ``_mapping`` either way."""
+
+    def exec_driver_sql(self, statement: str, parameters: Any = ..., /) -> Any:
+        """Run one statement; the result answers ``first()``, ``all()``, ``scalar()``."""
+
 
 _CACHE: dict[tuple[str, tuple[str, ...], str], str] = {}
 
@@ -73,11 +83,11 @@ def run(conn: Connection, sql: str, params: Sequence[Any] | list[tuple[Any, ...]
     conn.exec_driver_sql(sql, params)
 
 
-def one(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Row[Any] | None:
-    """Return the first row of a literal query, or None."""
+def one(conn: SqlConn, sql: str, params: Sequence[Any] = ()) -> Any:
+    """Return the first row of a literal query (attribute access, ``_mapping``), or None."""
     return conn.exec_driver_sql(sql, tuple(params)).first()
 
 
-def rows(conn: Connection, sql: str, params: Sequence[Any] = ()) -> list[Row[Any]]:
+def rows(conn: SqlConn, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """Return every row of a literal query."""
     return list(conn.exec_driver_sql(sql, tuple(params)).all())

@@ -9,15 +9,16 @@ every word, then some word; BM25 over title (×2) and body within a class (see
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from sqlalchemy import Connection
 
 from . import _sql as sql
 from ._decide import Rules, iso
-from ._errors import InvalidField
+from ._errors import InvalidField, NotFound
 from ._fts import lexical_query
-from ._tracker import PRIORITIES, STATUS_GROUPS, check_external, find_task, project_by_key, status_filter
+from ._tracker import KEY_RE, PRIORITIES, STATUS_GROUPS, check_external, project_by_key, status_filter
 
 __all__ = ["catalogue", "comment_view", "get_item", "list_items", "list_projects", "task_view"]
 
@@ -61,7 +62,7 @@ def _task_dict(t: Any, *, body: bool = True) -> dict[str, Any]:
     return out
 
 
-def task_view(conn: Connection, task_id: str) -> dict[str, Any]:
+def task_view(conn: sql.SqlConn, task_id: str) -> dict[str, Any]:
     """Return one work item's fields (the answer of a tracker write)."""
     t = sql.one(conn, _TASK_SELECT + " WHERE t.id = ?", (task_id,))
     return _task_dict(t) if t is not None else {"id": task_id}
@@ -87,17 +88,33 @@ def comment_view(conn: Connection, comment_id: str) -> dict[str, Any]:
     }
 
 
-def get_item(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
+_UUID_RE = re.compile(r"[0-9a-f-]{36}")
+
+
+def get_item(conn: sql.SqlConn, args: dict[str, Any]) -> dict[str, Any]:
     """``get_work_item{key}``: fields, the last 20 comments and the last 20 history entries (CO-24).
+
+    Literal SQL only (``exec_driver_sql``), so it runs on the inline read path as well
+    (``EstateStore.read_inline``, issue 16): the item is found by key or id in the view's own
+    query, with :func:`~shared.estate._tracker.find_task`'s checks and errors.
 
     Raises:
         InvalidField, NotFound: malformed or unknown key.
     """
-    found = find_task(conn, str(args.get("key") or ""))
-    t = sql.one(conn, _TASK_SELECT + " WHERE t.id = ?", (found.id,))
+    key_or_id = str(args.get("key") or "")
+    if not key_or_id:
+        raise InvalidField("key", "a work item key like ENG-4 is required")
+    if KEY_RE.match(key_or_id):
+        t = sql.one(conn, _TASK_SELECT + " WHERE t.key = ?", (key_or_id,))
+    elif _UUID_RE.fullmatch(key_or_id):
+        t = sql.one(conn, _TASK_SELECT + " WHERE t.id = ?", (key_or_id,))
+    else:
+        raise InvalidField("key", f"{key_or_id!r} is not a work item key (PROJECT-N, e.g. ENG-4) or id")
+    if t is None:
+        raise NotFound("work_item", key_or_id)
     out = _task_dict(t)
     comments = sql.rows(
-        conn, "SELECT * FROM comments WHERE task_id = ? ORDER BY position DESC LIMIT 20", (found.id,)
+        conn, "SELECT * FROM comments WHERE task_id = ? ORDER BY position DESC LIMIT 20", (t.id,)
     )
     out["comments"] = [
         {
@@ -110,7 +127,7 @@ def get_item(conn: Connection, args: dict[str, Any]) -> dict[str, Any]:
         for c in reversed(comments)
     ]
     hist = sql.rows(
-        conn, "SELECT * FROM task_history WHERE task_id = ? ORDER BY record_seq DESC LIMIT 20", (found.id,)
+        conn, "SELECT * FROM task_history WHERE task_id = ? ORDER BY record_seq DESC LIMIT 20", (t.id,)
     )
     out["history"] = [
         {

@@ -30,10 +30,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select
+from sqlalchemy import Connection
 
 from shared import logs
 
+from . import _sql as sql
 from ._applier import Applier
 from ._decide import Decision, ViewFn
 from ._errors import EstateError, OpReused, OutcomeUnknown, Refused, from_wire
@@ -44,13 +45,9 @@ from ._store import EstateStore
 
 __all__ = ["OWN_RECORD_WAIT", "Writer"]
 
-_LEDGER_ROW = select(T_LEDGER).where(
-    T_LEDGER.c.domain == bindparam("domain"), T_LEDGER.c.op_id == bindparam("op_id")
-)
-
-_WATERMARK = select(T_LEDGER_WATERMARK.c.cutoff_instant).where(
-    T_LEDGER_WATERMARK.c.domain == bindparam("domain")
-)
+# literal SQL (``exec_driver_sql``): runs on SQLAlchemy's connection and on the inline read path
+_LEDGER_ROW = f"SELECT * FROM {T_LEDGER.name} WHERE domain = ? AND op_id = ?"
+_WATERMARK = f"SELECT cutoff_instant FROM {T_LEDGER_WATERMARK.name} WHERE domain = ?"
 
 _log = logs.get("statelog")
 
@@ -110,6 +107,7 @@ class Writer:
         view: ViewFn,
         *,
         created: Callable[[Connection, str], bool] | None = None,
+        inline: bool = False,
     ) -> dict[str, Any]:
         """Run one write to its answer.
 
@@ -120,6 +118,10 @@ class Writer:
             view: Reads the answer's object back from the rows.
             created: For a create whose object id derives from the op id: whether that object's
                 row exists (ES-8's exception for an op minted before the ledger watermark).
+            inline: ``decide`` and ``view`` use literal SQL only (``exec_driver_sql``): the decision's
+                snapshot and the answer's read-back run on the event loop thread
+                (``EstateStore.read_inline``, issue 16) instead of a reader thread. Same snapshot,
+                same transaction boundaries.
 
         Returns:
             ``{"outcome": "applied"|"existing"|"pending", "op_id", "position": {...},
@@ -148,10 +150,9 @@ class Writer:
             )
         unanswered = False
         backoff = 0.25
+        read = self._store.read_inline if inline else self._store.read
         while True:
-            led, decision, err, cutoff = await self._store.read(
-                lambda conn: self._snapshot(conn, domain, op_id, decide)
-            )
+            led, decision, err, cutoff = await read(lambda conn: self._snapshot(conn, domain, op_id, decide))
             if led is not None:
                 return await self._from_ledger(domain, op_id, led, decision, view)
             if not unanswered and op_id_instant(op_id) * 1000 < cutoff:
@@ -166,7 +167,7 @@ class Writer:
                 obj_id = decision.resolved_to or decision.object_id
                 noop = decision.noop
                 if noop is None:
-                    noop = await self._store.read(lambda c, oid=obj_id: view(c, oid))  # type: ignore[misc]
+                    noop = await read(lambda c, oid=obj_id: view(c, oid))  # type: ignore[misc]
                 return self._answer(
                     domain, "existing" if decision.resolved_to else "applied", op_id, seq, noop
                 )
@@ -214,7 +215,7 @@ class Writer:
                 raise
             self._last_own[domain] = max(self._last_own.get(domain, 0), seq)
             if await applier.wait_applied(seq, OWN_RECORD_WAIT):
-                led, obj = await self._store.read(lambda conn: self._landed(conn, domain, op_id, view))
+                led, obj = await read(lambda conn: self._landed(conn, domain, op_id, view))
                 if led is not None:
                     return self._ledger_answer(domain, op_id, led, decision, obj)
                 return self._answer(domain, "applied", op_id, seq, None)  # a record that applied nothing
@@ -247,7 +248,7 @@ class Writer:
             return None
 
         def read(conn: Connection) -> tuple[int, bool, dict[str, Any] | None]:
-            cutoff = int(conn.execute(_WATERMARK, {"domain": domain}).scalar() or 0)
+            cutoff = int(conn.exec_driver_sql(_WATERMARK, (domain,)).scalar() or 0)
             if minted >= cutoff or decision is None or created is None:
                 return cutoff, False, None
             oid = decision.object_id
@@ -275,18 +276,18 @@ class Writer:
         )
 
     @staticmethod
-    def _landed(conn: Connection, domain: str, op_id: str, view: ViewFn) -> tuple[Any, dict[str, Any] | None]:
-        led = conn.execute(_LEDGER_ROW, {"domain": domain, "op_id": op_id}).first()
+    def _landed(conn: Any, domain: str, op_id: str, view: ViewFn) -> tuple[Any, dict[str, Any] | None]:
+        led = sql.one(conn, _LEDGER_ROW, (domain, op_id))
         if led is None or led.outcome == "rejected":
             return led, None
         return led, view(conn, str(led.resolved_to or led.object_id))
 
     @staticmethod
     def _snapshot(
-        conn: Connection, domain: str, op_id: str, decide: Callable[[Connection], Decision] | None
+        conn: Any, domain: str, op_id: str, decide: Callable[[Connection], Decision] | None
     ) -> tuple[Any, Decision | None, EstateError | None, int]:
-        led = conn.execute(_LEDGER_ROW, {"domain": domain, "op_id": op_id}).first()
-        cutoff = int(conn.execute(_WATERMARK, {"domain": domain}).scalar() or 0) if led is None else 0
+        led = sql.one(conn, _LEDGER_ROW, (domain, op_id))
+        cutoff = int(conn.exec_driver_sql(_WATERMARK, (domain,)).scalar() or 0) if led is None else 0
         if decide is None:
             return led, None, None, cutoff
         try:

@@ -155,7 +155,10 @@ class EstateRouter(EstateCalls):
     async def _ask(self, node: str, call: Call, wait: float) -> Answer:
         local = self._local()
         if node == self.node_id and local is not None:
-            return await asyncio.wait_for(local.serve(call), wait)
+            # asyncio.timeout, not wait_for: same deadline and TimeoutError, without wait_for's
+            # extra task per call (~30 µs of a ~100 µs local read, issue 16)
+            async with asyncio.timeout(wait):
+                return await local.serve(call)
         if self._nc is None:
             raise nats.errors.NoRespondersError
         msg = await self._nc.request(rpc_subject(node), encode_call(call), timeout=wait)
@@ -207,16 +210,36 @@ class EstateRouter(EstateCalls):
         per_node = self._write_wait if kind == "write" else self._read_wait
         # [our choice] with no deadline from the caller, three nodes' worth of waiting
         deadline = time.time() + (timeout if timeout is not None else 3 * per_node)
-        targets = [node] if node else await self.order(domain)
         replies: list[NodeReply] = []
         local = self._local()
-        if local is not None and not node and not local.in_service(domain):
-            replies.append(NodeReply(self.node_id, "not_serving", "this node's own copy is out of service"))
+        peers_later = False
+        if node:
+            targets = [node]
+        elif local is not None and local.in_service(domain):
+            # this node's own copy first (ES-33); the peers are ordered only if it does not serve,
+            # so a local call pays no presence read or sort (issue 16)
+            targets, peers_later = [self.node_id], True
+        else:
+            targets = await self.order(domain)
+            if local is not None and not local.in_service(domain):
+                replies.append(
+                    NodeReply(self.node_id, "not_serving", "this node's own copy is out of service")
+                )
         lagging: list[str] = []
         unvouched: Answer | None = None
         rounds = [(t, False) for t in targets]
         i = 0
-        while i < len(rounds):
+        while i < len(rounds) or peers_later:
+            if i == len(rounds):  # the local copy did not serve: now the peers, in order (ES-33)
+                peers_later = False
+                peers = [t for t in await self.order(domain) if t != self.node_id]
+                targets += peers
+                rounds += [(t, False) for t in peers]
+                if not peers and lagging:  # nobody else: the lagging copy is asked again, anyway
+                    rounds += [(t, True) for t in lagging]
+                    lagging = []
+                if i == len(rounds):
+                    break
             target, anyway = rounds[i]
             i += 1
             remaining = deadline - time.time()
@@ -277,7 +300,7 @@ class EstateRouter(EstateCalls):
             replies.append(NodeReply(target, ans.reason or "ran_nothing", ans.detail))
             if ans.reason == "lagging" and not anyway:
                 lagging.append(target)
-            if i == len(rounds) and lagging:
+            if i == len(rounds) and lagging and not peers_later:
                 rounds += [(t, True) for t in lagging]
                 lagging = []
         if unvouched is not None and op_id:
