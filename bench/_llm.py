@@ -121,7 +121,7 @@ async def _serve_conn(
             )
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-        pass
+        return  # the client hung up or sent what is not HTTP: this connection is done (finally closes it)
     finally:
         writer.close()
 

@@ -302,19 +302,34 @@ def show_view(
     timeout: float,
     width: int = 160,
     need: Need | None = None,
+    parts: Mapping[str, str] | None = None,
+    query: Mapping[str, Any] | None = None,
+    names: Mapping[str, str] | None = None,
+    refusals_to_stderr: bool = False,
 ) -> None:
     """GET ``path`` and print it: the raw answer with ``as_json``, else through ``printer(view,
     console)`` (a cleaned view, markup off); then exit with :func:`call`'s code (0 shown, 1
     unreachable, 5xx or not a crewlet answer, 2 refused or bad input).
 
+    Args:
+        parts, query, names: As :func:`call` (checked and encoded there).
+        refusals_to_stderr: Print refusal lines on stderr (the newer commands, so ``--json`` on
+            stdout stays parseable) instead of with the view on stdout.
+
     Raises:
         typer.Exit: Always, with that code.
     """
     out = Console(width=width, markup=False, highlight=False)
-    code, view = call("GET", url, token, path, timeout=timeout, out=out, need=need)
+    err = Console(stderr=True, width=200, markup=False, highlight=False) if refusals_to_stderr else out
+    code, view = call(
+        "GET", url, token, path, timeout=timeout, out=err, need=need, parts=parts, query=query, names=names
+    )
     if code == 0:
         if as_json:
             typer.echo(json.dumps(view, indent=2))
         else:
-            code = print_view(printer, view, out, out, url.rstrip("/") + path)
+            where = url.rstrip("/") + (
+                path.format(**{k: quote(str(v), safe="") for k, v in parts.items()}) if parts else path
+            )
+            code = print_view(printer, view, out, err, where)
     raise typer.Exit(code)

@@ -1,7 +1,7 @@
 """A read-only operator command's whole run, with refusals on stderr (issue 15: ``turns``, ``turn``,
 ``work``, ``objects``).
 
-Like :func:`crewlet._node_api.show_view`, but the refusal line goes to stderr so ``--json`` output on
+:func:`crewlet._node_api.show_view` with the refusal line on stderr so ``--json`` output on
 stdout stays parseable, and the printer's console has markup off: seat output carries brackets
 (``[offline]``) that are text, not style. The printer is handed a cleaned view (control characters
 shown as ``\\xNN``, :func:`crewlet._node_api.clean_view`); bad input, a bad token and an answer that
@@ -10,15 +10,13 @@ is not a crewlet node's are refused by :func:`crewlet._node_api.call`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote
 
 import typer
 from rich.console import Console
 
-from ._node_api import Need, call, print_view
+from ._node_api import Need, call, show_view
 
 __all__ = ["err_console", "fetch", "plain_console", "show"]
 
@@ -82,16 +80,23 @@ def show(
     query: Mapping[str, Any] | None = None,
     names: Mapping[str, str] | None = None,
 ) -> None:
-    """GET ``path`` and print it (raw JSON with ``as_json``, else a cleaned view through ``printer``).
+    """GET ``path`` and print it (raw JSON with ``as_json``, else a cleaned view through ``printer``),
+    refusals on stderr: :func:`crewlet._node_api.show_view` at 200 columns.
 
     Raises:
-        typer.Exit: Always: 0 shown, else :func:`fetch`'s code (1 when the printer cannot read it).
+        typer.Exit: Always: 0 shown, else :func:`call`'s code (1 when the printer cannot read it).
     """
-    view = fetch(url, token, path, timeout=timeout, need=need, parts=parts, query=query, names=names)
-    if as_json:
-        typer.echo(json.dumps(view, indent=2))
-        raise typer.Exit(0)
-    where = url.rstrip("/") + (
-        path.format(**{k: quote(v, safe="") for k, v in parts.items()}) if parts else path
+    show_view(
+        url,
+        token,
+        path,
+        as_json=as_json,
+        printer=printer,
+        timeout=timeout,
+        width=200,
+        need=need,
+        parts=parts,
+        query=query,
+        names=names,
+        refusals_to_stderr=True,
     )
-    raise typer.Exit(print_view(printer, view, plain_console(), err_console(), where))

@@ -64,7 +64,7 @@ def _serve(answer: Any) -> Iterator[Fake]:
         do_GET = do_POST = _reply
 
         def log_message(self, format: str, *args: Any) -> None:
-            pass
+            """Quiet: the test reads ``seen``, not the server's access log."""
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
