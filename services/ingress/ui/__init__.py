@@ -68,14 +68,17 @@ def router(ctx: NodeContext) -> APIRouter:
 
     @r.get("/ui")
     async def to_page() -> Response:
+        """``/ui`` → 307 to ``/ui/`` (the page's relative asset paths need the slash)."""
         return RedirectResponse("/ui/", status_code=307)
 
     @r.get("/ui/")
     async def page() -> Response:
+        """The operator page (no token: it holds no data; DESIGN.md "Operator UI")."""
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8", headers=_HEADERS)
 
     @r.get("/ui/static/{name}")
     async def asset(name: str) -> Response:
+        """One static asset from the fixed list; any other name answers 404 naming it."""
         media = ASSETS.get(name)
         if media is None:
             raise api_error(404, "not_found", {"what": "ui asset", "key": name})

@@ -40,6 +40,7 @@ def router(ctx: NodeContext) -> APIRouter:
 
     @r.get("/objects", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
     async def objects_status() -> dict[str, Any]:
+        """The objects collector's last findings (ES-75, FL-5): the store, the missing files, their count."""
         if ctx.coord is None:
             raise api_error(503, "objects_slot_unavailable", "the node has no coordination store yet")
         try:
