@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,11 +30,70 @@ TEST_KEY = "0+wIc4cfqPukveOK5Vlcm9HjyADVViFUTNoaDKlVosY="
 TEST_KEYRING = {"active_key_id": "test", "keys": [{"id": "test", "material": TEST_KEY}]}
 
 
-def free_port() -> int:
-    """Return a loopback port that was free a moment ago (a small race; infra-facts P1)."""
+_HANDED_OUT: set[int] = set()
+"""Ports :func:`free_port` returned in this process: never handed out twice."""
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def port_slice() -> range:
+    """The ports this test process picks from: below the kernel's ephemeral range, one slice per worker.
+
+    Binding port 0 hands out an *ephemeral* port, the same pool every outgoing connection's source
+    port comes from: between the pick and a child's bind, any client on the machine (a node dialling
+    the broker, a test's httpx call) may take it. CI once lost a rehearsal that way (``api.port
+    54529 ... already in use``). Ports below ``ip_local_port_range`` are never handed to outgoing
+    connections, and each pytest-xdist worker (``PYTEST_XDIST_WORKER=gwN``) gets its own slice of
+    them, so two workers never race for one port either (infra-facts P1 narrowed, not closed: a
+    process outside the tests may still listen there, which the bind check catches).
+    """
+    low = max(_ephemeral_low(), 12000)
+    base = 10000
+    workers = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), 1)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    width = (low - base) // workers
+    start = base + (index % workers) * width
+    return range(start, start + width)
+
+
+def port_bindable(port: int) -> bool:
+    """True when ``port`` can be bound on 127.0.0.1 right now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(within: range | None = None) -> int:
+    """Return a loopback port that was free a moment ago and is not ephemeral (see :func:`port_slice`).
+
+    Args:
+        within: Pick from these ports instead of this worker's whole slice.
+
+    Raises:
+        RuntimeError: no bindable port was found in 500 tries.
+    """
+    ports = within if within is not None and len(within) else port_slice()
+    for _ in range(500):
+        port = random.choice(ports)
+        if port in _HANDED_OUT or not port_bindable(port):
+            continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {ports.start}..{ports.stop - 1}")
+
+
+def hold_port(port: int) -> None:
+    """Never hand ``port`` out from :func:`free_port` in this process (a server derives it itself)."""
+    _HANDED_OUT.add(port)
 
 
 def pid_alive(pid: int) -> bool:

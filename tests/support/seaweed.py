@@ -22,14 +22,13 @@ server has registered with the master.
 from __future__ import annotations
 
 import shutil
-import socket
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.support.procs import VENV_BIN, Proc
+from tests.support.procs import VENV_BIN, Proc, free_port, hold_port, port_bindable, port_slice
 
 __all__ = ["DUMMY_CREDENTIALS", "SeaweedS3", "free_port_pair"]
 
@@ -40,17 +39,12 @@ _GRPC_OFFSET = 10000
 _READY_BUCKETS = ("BucketAlreadyOwnedByYou", "BucketAlreadyExists")
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_port_pair(taken: set[int] | None = None) -> int:
     """Return a loopback port that is free and whose port + 10000 is free too (infra-facts P1).
+
+    The port comes from :func:`~tests.support.procs.free_port` (below the ephemeral range, this
+    worker's slice), from low enough in the slice that its twin lies in the same slice, so another
+    pytest worker never picks the twin; the twin is checked by a bind and held.
 
     Args:
         taken: Ports already handed out for the same server; neither they nor their +10000
@@ -63,14 +57,15 @@ def free_port_pair(taken: set[int] | None = None) -> int:
         RuntimeError: no such pair was found in 200 tries.
     """
     taken = taken or set()
+    ports = port_slice()
+    low_part = range(ports.start, ports.stop - _GRPC_OFFSET)
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
+        port = free_port(low_part)
         twin = port + _GRPC_OFFSET
         if twin > 65535 or {port, twin, port - _GRPC_OFFSET} & taken:
             continue
-        if _bindable(twin):
+        if port_bindable(twin):
+            hold_port(twin)
             return port
     raise RuntimeError("no free port pair (port, port+10000) found on 127.0.0.1")
 
