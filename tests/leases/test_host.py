@@ -283,3 +283,17 @@ async def test_a_recorded_deferral_is_resumed_by_the_next_good_renew(kv: Coordin
     assert await a.renew_all() == {"triage": True}
     assert hooks.calls[-1] == ("resume", "triage", epoch) and a.may_start("triage") == epoch
     a.record_deferral("not-held")  # no-op
+
+
+async def test_the_heartbeat_starts_earlier_when_renewals_are_slow(kv: Coordination) -> None:
+    """FL-72/FL-52: the renew lead grows with the recent heartbeats' cost, within its bounds.
+
+    With a 2 s TTL the heartbeat is 0.667 s: a quiet store keeps the floor (5 % of it), a renew
+    that took 50 ms starts 100 ms early, and no cost moves it more than a quarter heartbeat early.
+    """
+    h = host(kv, "n1")
+    hb = h.heartbeat
+    assert abs(h.renew_lead([]) - hb * 0.05) < 1e-9
+    assert abs(h.renew_lead([0.001, 0.002]) - hb * 0.05) < 1e-9
+    assert abs(h.renew_lead([0.01, 0.05, 0.02]) - 0.1) < 1e-9
+    assert abs(h.renew_lead([5.0]) - hb * 0.25) < 1e-9
