@@ -14,11 +14,22 @@ Boot order (FL-129: the listener comes up before anything is claimed):
 6. each role's start work runs, ``data → ingress → seats → workers``; then ``/ready`` is 200 and
    the reconciler polls (with the ``revision_activated`` nudge) for later activations.
 
-The first SIGTERM/SIGINT drains (FL-129): admission stops, ``/ready`` answers 503 ``draining``,
-roles drain in reverse order while the listener stays open, presence is released last (FL-47),
-the listener closes, OTLP is flushed, the broker link is closed and an embedded child stopped;
-exit 0. A second signal exits at once (FL-130). The embedded broker dying is fatal (FL-4): the
-node exits 1 so its supervisor restarts it.
+The first SIGTERM/SIGINT drains (FL-129, CO-29), in this order:
+
+1. from the first moment, ``/ready`` answers 503 ``draining`` and every write (POST, PUT, PATCH,
+   DELETE) on an ingress node answers 503 ``draining`` with ``Retry-After`` (:class:`_DrainGate`);
+   reads go on being served;
+2. the roles but ``data`` drain and stop in reverse boot order (``workers``, ``seats``,
+   ``ingress``): duties are given back, each running turn finishes and every delivery still in
+   hand is returned to its mailbox (a NAK the next holder or incarnation takes at once);
+3. presence is released (FL-47) and the listener closes, after the requests in hand are answered;
+4. the ``data`` role drains and stops last, so reads (and the in-flight turns' own estate calls)
+   are served until the listener has closed;
+5. OTLP is flushed, the broker link is closed and an embedded child stopped; exit 0.
+
+A second signal exits at once (FL-130). The embedded broker dying is fatal (FL-4): the node exits
+1 so its supervisor restarts it. Every 503 the API sends carries ``Retry-After`` (issue 17): a
+route that names none gets :data:`RETRY_AFTER_SECONDS`.
 
 Exit codes: 0 after a drain; 1 when a dependency failed (broker unreachable, child died);
 2 when the configuration or the broker refused this node (a usage error that a retry won't fix);
@@ -44,6 +55,8 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared import (
     broker,
@@ -78,6 +91,50 @@ __all__ = ["build_app", "run_node", "seed_revision"]
 
 _log = logs.get("node")
 ROLE_ORDER = ("data", "ingress", "seats", "workers")
+RETRY_AFTER_SECONDS = 5
+"""The ``Retry-After`` (seconds) of a 503 whose route named none, and of a write refused ``draining``."""
+_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class _DrainGate:
+    """The node's outermost HTTP layer for drains and 503s (FL-129, issue 17); pure ASGI.
+
+    - While the node drains (``ctx.draining``, set by the first signal), every write method
+      (POST, PUT, PATCH, DELETE) answers ``503 {"error": "draining", "detail": ...}`` with
+      ``Retry-After`` before any route runs, when ``gate_writes`` (an ingress node: nodes without
+      it serve no write route). Reads are not touched: they are served until the listener closes.
+    - Every 503 response leaving the app carries ``Retry-After``: one the route set is kept, else
+      :data:`RETRY_AFTER_SECONDS` is added. So a client can always tell "try again" (503) from
+      "do not" whatever route or layer refused.
+    """
+
+    def __init__(self, app: ASGIApp, *, ctx: NodeContext, gate_writes: bool) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.gate_writes = gate_writes
+        self._retry = str(RETRY_AFTER_SECONDS).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.gate_writes and self.ctx.draining and scope.get("method") in _WRITE_METHODS:
+            refusal = JSONResponse(
+                {"error": "draining", "detail": "this node is draining; retry on another node"},
+                status_code=503,
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+            await refusal(scope, receive, send)
+            return
+
+        async def send_with_retry_after(message: Message) -> None:
+            if message["type"] == "http.response.start" and message.get("status") == 503:
+                headers = list(message.get("headers") or [])
+                if not any(k.lower() == b"retry-after" for k, _ in headers):
+                    message = {**message, "headers": [*headers, (b"retry-after", self._retry)]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_retry_after)
 
 
 class _Server(uvicorn.Server):
@@ -157,6 +214,7 @@ def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
         if role.router is not None:
             app.include_router(role.router)
     _mount_metrics(app, ctx)
+    app.add_middleware(_DrainGate, ctx=ctx, gate_writes="ingress" in ctx.cfg.roles)
     app.state.ctx = ctx
     return app
 
@@ -436,6 +494,42 @@ async def _open_membership(ctx: NodeContext) -> broker.Membership | None:
     return m
 
 
+DRAIN_REPORT_EVERY = 10.0
+"""Seconds between two ``drain_in_progress`` lines while a drain runs (FL-129)."""
+
+
+async def _report_drain(ctx: NodeContext, every: float = DRAIN_REPORT_EVERY) -> None:
+    """Log ``drain_in_progress`` (turns in flight, seats still held, seconds since the drain began)
+    every ``every`` seconds until cancelled at the end of the drain (FL-129)."""
+    began = time.monotonic()
+    while True:
+        await asyncio.sleep(every)
+        _log.info(
+            "drain_in_progress",
+            in_flight=ctx.in_flight,
+            seats_held=len(ctx.seats_held),
+            seconds=round(time.monotonic() - began, 1),
+        )
+
+
+async def _wind_down(roles: list[RoleService], ctx: NodeContext) -> None:
+    """Drain every role of ``roles``, then stop each, in the order given (FL-129).
+
+    A failing drain or stop is logged (``role_drain_failed``, ``role_stop_failed``) and never skips
+    the rest.
+    """
+    for role in roles:
+        try:
+            await role.drain(ctx)
+        except Exception as e:  # noqa: BLE001 - a failing drain must not skip the rest
+            _log.error("role_drain_failed", role=role.name, error=f"{type(e).__name__}: {e}")
+    for role in roles:
+        try:
+            await role.stop(ctx)
+        except Exception as e:  # noqa: BLE001
+            _log.error("role_stop_failed", role=role.name, error=f"{type(e).__name__}: {e}")
+
+
 async def run_node(
     cfg: NodeConfig, company: Any = None, *, company_dir: str = ".", import_company: Any = None
 ) -> int:
@@ -599,6 +693,7 @@ async def run_node(
         code = 1 if e.retryable else 2
         _log.error("node_boot_failed", error=str(e), error_type=type(e).__name__)
     ctx.draining = True
+    progress = asyncio.create_task(_report_drain(ctx), name="drain-progress")
     if presence is not None and presence.held:
         # Say "draining" on the presence row now, not at the next heartbeat: peers stop counting
         # this node in their fair shares and claim each seat it releases as it goes idle, within
@@ -614,22 +709,18 @@ async def run_node(
         with contextlib.suppress(Exception):
             await nudge_sub.unsubscribe()
     await watchdog.stop()  # FL-101: disarmed first; teardown may legitimately block
-    for role in reversed(started):
-        try:
-            await role.drain(ctx)
-        except Exception as e:  # noqa: BLE001 - a failing drain must not skip the rest
-            _log.error("role_drain_failed", role=role.name, error=f"{type(e).__name__}: {e}")
-    for role in reversed(started):
-        try:
-            await role.stop(ctx)
-        except Exception as e:  # noqa: BLE001
-            _log.error("role_stop_failed", role=role.name, error=f"{type(e).__name__}: {e}")
+    # FL-129, issue 17: the data role goes last, after the listener closed, so reads (and the
+    # running turns' own estate calls) are served for the whole drain
+    last = [r for r in started if r.name == "data"]
+    await _wind_down([r for r in reversed(started) if r not in last], ctx)
     if presence is not None:
         await presence.release()
     if server is not None and serve_task is not None:
         server.should_exit = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(serve_task, 10.0)
+    await _wind_down(last, ctx)
+    progress.cancel()
     flush = ctx.extras.get("telemetry_shutdown")
     if callable(flush):
         with contextlib.suppress(Exception):

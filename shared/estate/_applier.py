@@ -49,12 +49,16 @@ from ._schema import T_LEDGER
 from ._store import EstateStore
 from ._tasks import stop_task
 
-__all__ = ["LAGGING_RECORDS", "ApplyOutcome", "ApplyFn", "Applier", "CopyState"]
+__all__ = ["LAGGING_RECORDS", "STALL_AFTER", "ApplyOutcome", "ApplyFn", "Applier", "CopyState"]
 
 _log = logs.get("statelog")
 
 LAGGING_RECORDS = 1000
 """A copy more than this many records short of its log's end lags (ES-39)."""
+
+STALL_AFTER = 60.0
+"""Seconds an applier may make no progress while records wait before its copy refuses reads
+``stalled`` (ES-29: "still for a minute with records waiting"); see :meth:`Applier.stalled`."""
 
 CopyState = Literal["serving", "lagging", "out_of_service"]
 
@@ -353,11 +357,24 @@ class Applier:
             return "lagging"
         return "serving"
 
-    def stalled(self) -> bool:
-        """True when faulted, halted, or still for a minute with records waiting (ES-29 ``stalled``)."""
+    def stalled(self, now: float | None = None) -> bool:
+        """True when faulted, halted, refusing, or still for :data:`STALL_AFTER` seconds with records
+        waiting (ES-29 ``stalled``).
+
+        "Still" is judged by the applier's progress, never by the time since its last commit alone
+        (issue 17): :attr:`moved_at` moves when a batch is taken in hand, when one commits, and
+        whenever a fetch finds the copy level with the log. So a busy applier (a batch in hand,
+        the first record after a long idle spell, a burst of writes) is not stalled and a stale read
+        is served; an applier whose records wait while it takes none, or whose batch has not
+        committed for a minute, is.
+
+        Args:
+            now: The ``time.monotonic()`` instant to judge at (None: now).
+        """
         if self.faulted or self.halted or self.refusing:
             return True
-        return self.lag > 0 and time.monotonic() - self.moved_at > 60.0
+        at = time.monotonic() if now is None else now
+        return self.lag > 0 and at - self.moved_at > STALL_AFTER
 
     def note_log_end(self, last_seq: int) -> None:
         """Record the log's last sequence as read from the broker (heartbeat, ES-23)."""
@@ -418,6 +435,7 @@ class Applier:
                 continue
             if not msgs:
                 continue
+            self.moved_at = time.monotonic()  # a batch in hand: busy, not still (issue 17)
             await self._apply_msgs(msgs)
 
     async def _reader_error(self, e: BaseException, errors: int) -> int:
@@ -444,6 +462,7 @@ class Applier:
     def _level(self) -> None:
         self.log_last = max(self.log_last, self.applied)
         if self.lag == 0:
+            self.moved_at = time.monotonic()  # level: nothing waits, so nothing is still (issue 17)
             self.behind_since = None
             if not self.drained:
                 self.drained = True

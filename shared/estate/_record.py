@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from shared.text import not_text
+
 from ._errors import InvalidField, TooLarge
 
 __all__ = ["MAX_RECORD", "RECORD_VERSION_READ", "Record"]
@@ -65,27 +67,31 @@ class Record:
         Raises:
             InvalidField: ``writer`` or ``generation`` is missing (ES-5: refused before publishing).
             TooLarge: the encoded record exceeds 8 MiB.
+            InvalidField: a string in it is not text (a lone surrogate): the field is named.
         """
         if not self.writer:
             raise InvalidField("writer", "a state-log record must name its writer node (ES-5)")
         if not self.generation or self.generation < 1:
             raise InvalidField("generation", "a state-log record must name the generation it was decided in")
-        raw = json.dumps(
-            {
-                "v": self.version,
-                "kind": self.kind,
-                "domain": self.domain,
-                "subject": self.subject,
-                "op_id": self.op_id,
-                "writer": self.writer,
-                "generation": self.generation,
-                "scope": list(self.scope),
-                "at": self.at,
-                "payload": self.payload,
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode()
+        body = {
+            "v": self.version,
+            "kind": self.kind,
+            "domain": self.domain,
+            "subject": self.subject,
+            "op_id": self.op_id,
+            "writer": self.writer,
+            "generation": self.generation,
+            "scope": list(self.scope),
+            "at": self.at,
+            "payload": self.payload,
+        }
+        try:
+            raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            # a lone surrogate (a model's tool call can carry one): refused naming the field before
+            # anything is published, never an "unknown outcome" repeated forever (issue 17)
+            where, why = not_text(body) or ("record", "not valid text")
+            raise InvalidField(where.removeprefix("payload."), why) from None
         if len(raw) > MAX_RECORD:
             raise TooLarge("record", MAX_RECORD, len(raw))
         return raw

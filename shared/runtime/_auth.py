@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fastapi import HTTPException, Request
 
 from shared.config import NodeConfig
 
-__all__ = ["require_grant"]
+__all__ = ["grant_of", "require_grant"]
+
+_GRANTS: dict[Callable[..., Any], str] = {}
+"""Each dependency :func:`require_grant` built → the grant it asks (read by the OpenAPI writer)."""
+
+
+def grant_of(call: Callable[..., Any] | None) -> str | None:
+    """The grant ``call`` asks when it is a :func:`require_grant` dependency, else None."""
+    return _GRANTS.get(call) if call is not None else None
 
 
 def _token_grants(cfg: NodeConfig, presented: str) -> set[str] | None:
@@ -55,4 +64,5 @@ def require_grant(cfg: NodeConfig, grant: str) -> Callable[[Request], Awaitable[
                 return tok.id
         return ""
 
+    _GRANTS[dep] = grant
     return dep

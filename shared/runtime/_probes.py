@@ -36,5 +36,16 @@ def probes_router(ctx: NodeContext) -> APIRouter:
     for path in ("/health", "/health/"):
         router.add_api_route(path, health, methods=["GET"], include_in_schema=path == "/health")
     for path in ("/ready", "/ready/"):
-        router.add_api_route(path, ready, methods=["GET"], include_in_schema=path == "/ready")
+        router.add_api_route(
+            path,
+            ready,
+            methods=["GET"],
+            include_in_schema=path == "/ready",
+            responses={
+                503: {
+                    "description": "Not ready: draining, booting or unconfigured (reason, detail)",
+                    "content": {"application/json": {"schema": {"type": "object", "required": ["ready"]}}},
+                }
+            },
+        )
     return router

@@ -62,9 +62,12 @@ class RoleService:
         router: The role's HTTP routes, or None (only ingress serves the API; FL-16).
         start: Boot work, awaited in role order ``data → ingress → seats → workers`` before the
             node reports ready. Starts the role's background loops.
-        drain: Called on the first signal (FL-129), in reverse order: stop admitting new work and
-            let running work finish. The listener stays open meanwhile.
-        stop: Called after every role drained: release what the role holds.
+        drain: Called on the first signal (FL-129), in reverse boot order: stop admitting new
+            work and let running work finish. ``workers``, ``seats`` and ``ingress`` drain while the
+            listener is open; ``data`` drains last, after the listener closed, so reads are served
+            for the whole drain (crewlet/node.py says the order).
+        stop: Called once every role of its group drained (the group without ``data``, then
+            ``data`` alone): release what the role holds.
         prepare: ``await prepare(ctx, snapshot)`` before an epoch swap: build what can fail,
             mutate nothing; raising refuses the revision (status ``error``). Its return value is
             handed to ``apply``.

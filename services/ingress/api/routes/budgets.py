@@ -64,12 +64,15 @@ def router(ctx: NodeContext) -> APIRouter:
     async def reset_budgets(scope: str | None = None, who: str = Depends(write)) -> dict[str, Any]:  # noqa: B008
         if scope is not None and not scope.strip():
             raise api_error(
-                400, "invalid", "scope must be 'org' or 'agent:<agent id or handle>' (got an empty one)"
+                400,
+                "invalid",
+                "scope must be 'org' or 'agent:<agent id or handle>' (got an empty one)",
+                field="scope",
             )
         try:
             zeroed = await budgets_of(ctx).reset(scope)
         except UnknownScope as e:
-            raise api_error(404, "unknown_scope", str(e)) from None
+            raise api_error(404, "unknown_scope", str(e), field="scope") from None
         except BudgetUnavailable as e:
             raise _unavailable(e) from None
         return {"scope": scope or "all", "zeroed": zeroed, "by": who, "node": ctx.node_id}

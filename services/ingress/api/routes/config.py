@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from shared import control, logs
@@ -42,6 +42,17 @@ from shared.config import company_json_schema, offline_script_issues, validate_c
 from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = ["router"]
+
+MAX_REVISIONS_LISTED = 10_000
+"""The largest ``limit`` of ``GET /config/revisions`` (a bigger one is a 400 naming ``query.limit``)."""
+_FORMAT = Query("json", description="json or yaml (anything else: 422 invalid_format)")
+_JSON_OR_YAML: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {"text/yaml": {"schema": {"type": "string"}}},
+        "description": "JSON, or YAML with ?format=yaml",
+    }
+}
+"""``GET /config`` and ``GET /config/revisions/{id}`` answer JSON, or the document as YAML."""
 
 _log = logs.get("control.api")
 APPLY_WAIT = 10.0
@@ -88,15 +99,17 @@ def _summary(request: Request, default: str = "") -> str:
     """``X-Summary``: one line of at most :data:`SUMMARY_LIMIT` characters, no control characters."""
     text = _header_text(request.headers.get("x-summary", "")) or default
     if len(text) > SUMMARY_LIMIT:
-        raise _error(422, "invalid_summary", f"X-Summary is over {SUMMARY_LIMIT} characters")
+        raise _error(
+            422, "invalid_summary", f"X-Summary is over {SUMMARY_LIMIT} characters", field="X-Summary"
+        )
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise _error(422, "invalid_summary", "X-Summary holds a control character")
+        raise _error(422, "invalid_summary", "X-Summary holds a control character", field="X-Summary")
     return text
 
 
 def _format(value: str) -> str:
     if value not in ("json", "yaml"):
-        raise _error(422, "invalid_format", f"format={value!r}: json or yaml")
+        raise _error(422, "invalid_format", f"format={value!r}: json or yaml", field="format")
     return value
 
 
@@ -237,8 +250,8 @@ def router(ctx: NodeContext) -> APIRouter:
             **extra,
         }
 
-    @r.get("/config", dependencies=read, response_model=None)
-    async def get_config(format: str = "json") -> Any:
+    @r.get("/config", dependencies=read, response_model=None, responses=_JSON_OR_YAML)
+    async def get_config(format: str = _FORMAT) -> Any:
         rec = reconciler()
         try:
             act = await rec.store.pointer()
@@ -273,7 +286,12 @@ def router(ctx: NodeContext) -> APIRouter:
         admit_write()
         rec = reconciler()
         if not summary:
-            raise _error(422, "missing_summary", "X-Summary is required: say what this revision changes")
+            raise _error(
+                422,
+                "missing_summary",
+                "X-Summary is required: say what this revision changes",
+                field="X-Summary",
+            )
         if not isinstance(document, dict):
             raise _error(
                 422,
@@ -388,9 +406,9 @@ def router(ctx: NodeContext) -> APIRouter:
         try:
             body = json.loads(await request.body())
         except ValueError as e:
-            raise _error(422, "invalid_request", f"the body is not JSON: {e}") from None
+            raise _error(422, "invalid_request", f"the body is not JSON: {e}", field="body") from None
         if not isinstance(body, dict):
-            raise _error(422, "invalid_request", f"the body must be one {kind} (a mapping)")
+            raise _error(422, "invalid_request", f"the body must be one {kind} (a mapping)", field="body")
         rec = reconciler()
         try:
             epoch, active_id, current = await _active(rec)
@@ -433,18 +451,18 @@ def router(ctx: NodeContext) -> APIRouter:
         return await commit(request, old.document, token_id=token_id, summary=summary)
 
     @r.get("/config/revisions", dependencies=read)
-    async def list_revisions(limit: int = 100) -> dict[str, Any]:
+    async def list_revisions(limit: int = Query(100, ge=1, le=MAX_REVISIONS_LISTED)) -> dict[str, Any]:
         rec = reconciler()
         try:
             history = await rec.store.history()
             epoch, active_id, _ = await rec.store.epoch()
         except (control.ControlUnavailable, control.UnknownRevision) as e:
             raise _translate(e) from None
-        rows = [{**r.meta(), "active": r.revision_id == active_id} for r in history[: max(1, limit)]]
+        rows = [{**r.meta(), "active": r.revision_id == active_id} for r in history[:limit]]
         return {"revisions": rows, "active_revision_id": active_id or None, "epoch": epoch}
 
-    @r.get("/config/revisions/{revision_id}", dependencies=read, response_model=None)
-    async def get_revision(revision_id: str, format: str = "json") -> Any:
+    @r.get("/config/revisions/{revision_id}", dependencies=read, response_model=None, responses=_JSON_OR_YAML)
+    async def get_revision(revision_id: str, format: str = _FORMAT) -> Any:
         rec = reconciler()
         try:
             rev = await rec.store.get(revision_id)

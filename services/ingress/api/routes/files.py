@@ -18,18 +18,20 @@ import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from shared import estate, objects
 from shared.router import EstateRouter, RouterError, router_of
-from shared.runtime import NodeContext, api_error, require_grant
+from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
 
 from .work import estate_http_error
 
 __all__ = ["object_store_of", "router"]
 
 _open_lock = asyncio.Lock()
+_ANY_BYTES = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
+"""A file's bytes in the OpenAPI document: any content type (the uploader's), any bytes."""
 
 
 async def object_store_of(ctx: NodeContext) -> objects.ObjectStore:
@@ -79,9 +81,17 @@ def router(ctx: NodeContext) -> APIRouter:
             raise estate_http_error(e) from None
         return {**res["data"], "read": res["meta"]}
 
-    @r.get("/projects/{key}/files/{path:path}", dependencies=[read])
+    @r.get(
+        "/projects/{key}/files/{path:path}",
+        dependencies=[read],
+        response_class=StreamingResponse,
+        responses={200: {"description": "The file's bytes, in its content type", "content": _ANY_BYTES}},
+    )
     async def download(
-        key: str, path: str, version: int | None = None, min_position: str | None = None
+        key: str,
+        path: str,
+        version: int | None = Query(None, ge=1, le=MAX_VERSION),
+        min_position: str | None = None,
     ) -> StreamingResponse:
         try:
             row = (await est().get_file_row(key, path, version=version, min_position=min_position))["data"]
@@ -111,7 +121,11 @@ def router(ctx: NodeContext) -> APIRouter:
         }
         return StreamingResponse(body(), media_type=str(row["content_type"]), headers=headers)
 
-    @r.put("/projects/{key}/files/{path:path}", status_code=201)
+    @r.put(
+        "/projects/{key}/files/{path:path}",
+        status_code=201,
+        openapi_extra={"requestBody": {"required": True, "content": _ANY_BYTES}},
+    )
     async def upload(key: str, path: str, request: Request, token: str = Depends(write)) -> dict[str, Any]:
         try:
             estate.validate_path(path)
@@ -125,9 +139,16 @@ def router(ctx: NodeContext) -> APIRouter:
         if raw_if is not None:
             try:
                 if_match = int(raw_if.strip().strip('"'))
+                if not 0 <= if_match <= MAX_VERSION:
+                    raise ValueError(raw_if)
             except ValueError:
                 raise api_error(
-                    400, "invalid", {"field": "If-Match", "message": "must be the file version you read"}
+                    400,
+                    "invalid",
+                    {
+                        "field": "If-Match",
+                        "message": f"must be the file version you read (0..{MAX_VERSION}; 0 = must be new)",
+                    },
                 ) from None
         data = await request.body()
         if not data:

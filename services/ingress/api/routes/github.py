@@ -217,7 +217,16 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
             )
         )
 
-    @r.post("/webhooks/github", status_code=202)
+    @r.post(
+        "/webhooks/github",
+        status_code=202,
+        responses={
+            200: {
+                "description": "Taken before, ignored, or a ping: nothing new published",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
+        },
+    )
     @telemetry.count_webhook(lambda kw: "github")
     async def github(request: Request) -> Any:
         admit_work(ctx)

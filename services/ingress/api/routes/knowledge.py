@@ -15,16 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from shared import estate
 from shared.router import EstateRouter, RouterError, router_of
-from shared.runtime import NodeContext, api_error, require_grant
+from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
 
 from .work import estate_http_error, read_level_of
 
 MAX_OFFSET = 1_000_000_000
-"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 422, never a 503)."""
+"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 400 naming
+``query.offset``, never a 503). ``if_match`` is bounded by :data:`~shared.runtime.MAX_VERSION`."""
 
 __all__ = ["router"]
 
@@ -37,7 +38,7 @@ class PageWrite(BaseModel):
     title: str
     body: str
     page_id: str | None = None
-    if_match: int | None = None
+    if_match: int | None = Field(default=None, ge=0, le=MAX_VERSION)
     op_id: str | None = None
 
 
@@ -47,7 +48,7 @@ class PageUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: str | None = None
     body: str
-    if_match: int | None = None
+    if_match: int | None = Field(default=None, ge=0, le=MAX_VERSION)
     op_id: str | None = None
 
 

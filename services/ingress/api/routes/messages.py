@@ -125,7 +125,7 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
     @r.get("/messages/{message_id}", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
     async def get_message(message_id: str) -> dict[str, Any]:
         if not message_id or not set(message_id) <= _KEY_OK:
-            raise api_error(400, "invalid_message_id", "message_id: not a message id")
+            raise api_error(400, "invalid_message_id", "message_id: not a message id", field="message_id")
         if ctx.coord is None:
             raise api_error(503, "lease store unavailable", "the node has no coordination store yet")
         try:

@@ -52,12 +52,21 @@ def router(ctx: NodeContext) -> APIRouter:
         force = body.get("force", False)
         op_id = body.get("op_id") or ""
         if node is None or node == "":
-            raise api_error(422, "node_missing", 'the body must name the node: {"node": ..., "confirm": ...}')
+            raise api_error(
+                422,
+                "node_missing",
+                'the body must name the node: {"node": ..., "confirm": ...}',
+                field="node",
+            )
         for field, value, kind in (("node", node, str), ("confirm", confirm, str), ("op_id", op_id, str)):
             if not isinstance(value, kind):
-                raise api_error(422, "invalid", f"{field} must be a string (got {type(value).__name__})")
+                raise api_error(
+                    422, "invalid", f"{field} must be a string (got {type(value).__name__})", field=field
+                )
         if not isinstance(force, bool):
-            raise api_error(422, "invalid", f"force must be true or false (got {type(force).__name__})")
+            raise api_error(
+                422, "invalid", f"force must be true or false (got {type(force).__name__})", field="force"
+            )
         try:
             return await run_gesture(
                 est,
@@ -81,16 +90,23 @@ def router(ctx: NodeContext) -> APIRouter:
         stream, position = body.get("stream"), body.get("position")
         domains = {STREAMS[d]: d for d in DOMAINS}
         if not isinstance(stream, str) or stream not in domains:
-            raise api_error(422, "invalid", f"stream must be one of {', '.join(sorted(domains))}")
+            raise api_error(
+                422, "invalid", f"stream must be one of {', '.join(sorted(domains))}", field="stream"
+            )
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise api_error(422, "invalid", "position must be a whole number of at least 0")
+            raise api_error(422, "invalid", "position must be a whole number of at least 0", field="position")
         domain = domains[stream]
         try:
             _first, last = await est.log.head(domain)
         except estate.Refused as e:
             raise api_error(503, e.refusal, str(e)) from None
         if position > last:
-            raise api_error(422, "invalid", f"position {position} is past {stream}'s last record ({last})")
+            raise api_error(
+                422,
+                "invalid",
+                field="position",
+                detail=f"position {position} is past {stream}'s last record ({last})",
+            )
         key = f"ack.{domain}"
         try:
             old = await ctx.coord.get("trim_floors", key)

@@ -53,7 +53,7 @@ def _meta(info: SecretInfo) -> dict[str, Any]:
 def _http_error(e: Exception) -> HTTPException:
     """Map a secrets or coordination failure to its JSON answer (never a value in it)."""
     if isinstance(e, InvalidSecretName):
-        return api_error(422, "invalid_secret_name", str(e))
+        return api_error(422, "invalid_secret_name", str(e), field="name")
     if isinstance(e, SecretTooLarge):
         return api_error(
             413, "too_large", {"name": e.name, "size": e.size, "limit": e.limit, "message": str(e)}
@@ -168,6 +168,7 @@ def router(ctx: NodeContext) -> APIRouter:
                 422,
                 "empty_secret",
                 f"{name}: an empty value; to remove a secret use DELETE /secrets/{name} (crewlet secrets unset)",
+                field="value",
             )
         s = store()
         try:

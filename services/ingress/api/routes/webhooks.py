@@ -86,7 +86,16 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         known = ctx.org is not None and ctx.org.webhook(kw["source"]) is not None
         return f"webhook:{kw['source'] if known else 'unknown'}"
 
-    @r.post("/webhooks/inbound/{source}", status_code=202)
+    @r.post(
+        "/webhooks/inbound/{source}",
+        status_code=202,
+        responses={
+            200: {
+                "description": "Taken before, ignored, or a ping: nothing new published",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
+        },
+    )
     @telemetry.count_webhook(source_label)
     async def inbound(source: str, request: Request) -> Any:
         admit_work(ctx)

@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared import estate, logs, tools
 from shared.bus import BusUnavailable, wake_envelope
 from shared.router import EstateRouter, NobodyAnswered, RouterError, router_of
-from shared.runtime import NodeContext, api_error, require_grant
+from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
 
 MAX_OFFSET = 1_000_000_000
-"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 422, never a 503)."""
+"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 400 naming
+``query.offset``, never a 503). ``if_match`` is bounded by :data:`~shared.runtime.MAX_VERSION`."""
 
 __all__ = ["estate_http_error", "read_level_of", "router"]
 
@@ -107,7 +108,7 @@ class WorkUpdate(BaseModel):
     """``PATCH /work/{key}``: ``update_work_item`` (CO-24); absent fields are unchanged."""
 
     model_config = ConfigDict(extra="forbid")
-    if_match: int | None = None
+    if_match: int | None = Field(default=None, ge=0, le=MAX_VERSION)
     title: str | None = None
     body: str | None = None
     status: str | None = None
@@ -224,7 +225,16 @@ def router(ctx: NodeContext) -> APIRouter:
             raise estate_http_error(e) from None
         return {**res["data"], "read": res["meta"]}
 
-    @r.post("/work", status_code=201)
+    @r.post(
+        "/work",
+        status_code=201,
+        responses={
+            200: {
+                "description": "Nothing created: the item for this external basis (outcome existing)",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            }
+        },
+    )
     async def create_work(
         body: WorkCreate, response: Response, token: str = Depends(write)
     ) -> dict[str, Any]:

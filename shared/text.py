@@ -1,0 +1,41 @@
+"""Text that can be written: finding a string no UTF-8 writer can encode (issue 17).
+
+``json.loads`` turns ``"\\ud800"`` (a lone UTF-16 surrogate) into a Python string that SQLite,
+NATS and every UTF-8 encoder refuse. Such a string may arrive through an HTTP body or through a
+model's tool call; wherever it is found it is refused naming its field, before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["not_text"]
+
+
+def not_text(value: Any, path: str = "") -> tuple[str, str] | None:
+    """Find the first string (a key or a value) in ``value`` that cannot be encoded as UTF-8.
+
+    Args:
+        value: A parsed JSON value (str, dict, list, or anything else, which is fine).
+        path: The dotted path of ``value`` itself; ``""`` for the top.
+
+    Returns:
+        ``(path, why)`` for the first lone surrogate found — ``path`` dotted like a validation
+        error's (``op_id``, ``labels.1``, ``payload.title``; ``body`` for a bare string at the top;
+        a key is named ``<path> (a key)``) — else None.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            code = ord(value[e.start])
+            why = f"not valid text: a lone surrogate U+{code:04X} at character {e.start + 1}; send UTF-8 text"
+            return path or "body", why
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        where = f"{path}.{k}" if path else str(k)
+        bad = (not_text(k, f"{where} (a key)") if isinstance(k, str) else None) or not_text(v, where)
+        if bad:
+            return bad
+    return None
