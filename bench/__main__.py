@@ -39,6 +39,7 @@ from . import (  # noqa: E402
     fig10_config,
     fig11_estate_life,
     fig12_divided_search,
+    fig13_growth,
 )
 from ._ctx import Ctx  # noqa: E402
 from ._result import Row, failed, render_table, write_json  # noqa: E402
@@ -56,6 +57,7 @@ FIGURES: dict[str, tuple[str, Callable[[Ctx], list[Row]]]] = {
     "10": ("config activation until applied", fig10_config.run),
     "11": ("estate catch-up and snapshots", fig11_estate_life.run),
     "12": ("divided knowledge search", fig12_divided_search.run),
+    "13": ("how each cost grows with its work", fig13_growth.run),
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the chosen figures; return the exit status."""
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="each figure at its smallest size (make test)")
-    ap.add_argument("--only", default="", help="comma-separated figure numbers (default: all nine)")
+    ap.add_argument("--only", default="", help="comma-separated figure numbers (default: all thirteen)")
     ap.add_argument("--name", default="", help="results file name (default: quick or full)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, stores)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -111,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick (smallest sizes, few samples)" if opts.quick else "full"
     print(f"\ncrewlet bench, {mode} run, {elapsed:.0f} s, {len(os.sched_getaffinity(0))} CPUs\n")
     print(render_table(rows))
+    growth = fig13_growth.render_growth(rows)
+    if growth:
+        print(
+            "\nGrowth between successive sizes (figure 13; k: cost ∝ size^k, for turns/s the rate's exponent)\n"
+        )
+        print(growth)
     bad = [r for r in rows if r.status == "failed"]
     print(f"\nJSON: {RESULTS / f'{name}.json'}")
     if bad:

@@ -42,7 +42,7 @@ from ._ctx import Ctx
 from ._env import AGENT_MAX_CONSUMERS, NatsCluster, handles, nats_server, precreate_agent_stream
 from ._result import Row, failed, row_from
 
-__all__ = ["run"]
+__all__ = ["concurrent_boots", "run"]
 
 _FLOOR_STREAM = "BENCH_FLOOR_AGENT"
 _FLOOR_NAME = "raw add_consumer ×2 per seat"
@@ -104,7 +104,14 @@ async def _sequential(
     return fig, floor
 
 
-async def _concurrent(nc: Client, replicas: int, seats: int, boots: int) -> tuple[list[float], list[float]]:
+async def concurrent_boots(
+    nc: Client, replicas: int, seats: int, boots: int
+) -> tuple[list[float], list[float]]:
+    """``boots`` boots of ``seats`` seats' mailboxes, 64 creates in flight, each beside the raw floor.
+
+    Returns:
+        (figure, floor): seconds per seat of each boot (the boot's wall time / ``seats``).
+    """
     js = nc.jetstream(timeout=30.0)
     bus = Bus(nc, js, concurrency=_GATE)
     hs = handles(seats)
@@ -135,7 +142,7 @@ async def _on(
     try:
         if fn == "sequential":
             return await _sequential(nc, replicas, seats, k)
-        return await _concurrent(nc, replicas, seats, k)
+        return await concurrent_boots(nc, replicas, seats, k)
     finally:
         await nc.close()
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -60,10 +61,12 @@ from shared.bus import AGENT_STREAM, Envelope, inbox_subject
 
 from ._ctx import Ctx
 from ._env import (
+    AGENT_MAX_CONSUMERS,
     AUTH,
     cpu_seconds,
     handles,
     nats_server,
+    precreate_agent_stream,
     start_bare,
     start_llm,
     start_node,
@@ -72,7 +75,7 @@ from ._env import (
 )
 from ._result import Floor, Row, failed, p01, row_from
 
-__all__ = ["run"]
+__all__ = ["rate_row", "run"]
 
 _FLOOR_A = "bare FastAPI round trip + raw publish→fetch→ack"
 CALLS_PER_TURN = 2
@@ -247,10 +250,10 @@ def run(ctx: Ctx) -> list[Row]:
             failed("5a engine cost per turn, zero-latency model", "ms", f"{type(e).__name__}: {e}", params_a)
         )
     rows.append(
-        _rate_row(ctx, "b", "5b throughput, 200 ms model, max_concurrent 32", 40, 32, ctx.n(320, 2400))
+        rate_row(ctx, "b", "5b throughput, 200 ms model, max_concurrent 32", 40, 32, ctx.n(320, 2400))
     )
     rows.append(
-        _rate_row(ctx, "c", "5c throughput, 200 ms model, max_concurrent 128", 160, 128, ctx.n(640, 4800))
+        rate_row(ctx, "c", "5c throughput, 200 ms model, max_concurrent 128", 160, 128, ctx.n(640, 4800))
     )
     return rows
 
@@ -270,8 +273,25 @@ def _engine_company(path: Path, *, seats: int, llm_url: str, conc: int) -> Path:
     return path
 
 
-def _rate_row(ctx: Ctx, sub: str, label: str, seats: int, conc: int, total: int) -> Row:
-    """One throughput row (5b, 5c): ``total`` turns over ``seats`` seats at ``node.max_concurrent`` ``conc``."""
+async def _precreate_agent(url: str) -> None:
+    """Create ``CREWLET_AGENT`` with ``max_consumers`` raised on the server at ``url`` (before the node boots)."""
+    nc = await nats.connect(url)
+    try:
+        await precreate_agent_stream(nc.jetstream(), replicas=1)
+    finally:
+        await nc.close()
+
+
+def rate_row(
+    ctx: Ctx, sub: str, label: str, seats: int, conc: int, total: int, *, idle_probe_s: float = 0.0
+) -> Row:
+    """One throughput row (5b, 5c, 13): ``total`` turns over ``seats`` seats at ``node.max_concurrent`` ``conc``.
+
+    Above 500 seats ``CREWLET_AGENT`` is pre-created with ``max_consumers`` raised (see
+    :data:`bench._env.AGENT_MAX_CONSUMERS`), and the row's parameters say so. With
+    ``idle_probe_s`` > 0 (seconds) the node's CPU is also read over that long with every seat held
+    and no turn running: ``node_idle_cpu_share``, of one core (the held seats' fetch loops).
+    """
     delay = 0.2
     params: dict[str, Any] = {
         "seats": seats,
@@ -286,6 +306,9 @@ def _rate_row(ctx: Ctx, sub: str, label: str, seats: int, conc: int, total: int)
         with contextlib.ExitStack() as stack:
             root = ctx.sub(sub)
             srv = nats_server(stack, root / "nats")
+            if seats > 500:  # the server's default 1 000 consumers per stream (_env.AGENT_MAX_CONSUMERS)
+                asyncio.run(_precreate_agent(srv.url))
+                params["workaround"] = f"CREWLET_AGENT pre-created with max_consumers {AGENT_MAX_CONSUMERS}"
             llm = start_llm(stack, root, delay=delay, mode="one")
             company = _engine_company(root / "company" / "company.yaml", seats=seats, llm_url=llm, conc=conc)
             node = start_node(
@@ -294,6 +317,12 @@ def _rate_row(ctx: Ctx, sub: str, label: str, seats: int, conc: int, total: int)
             held = wait_held(node, seats, 60 + 5.0 * seats / 4)  # FL-56: 4 claims per 5 s sweep
             ctx.say(f"figure 5{sub}: {seats} seats held after {held:.1f} s; measuring the model's round trip")
             lat = asyncio.run(_model_latency(llm, ctx.n(5, 20)))
+            idle = 0.0
+            if idle_probe_s > 0:
+                c0, i0 = cpu_seconds(node.popen.pid), time.perf_counter()
+                time.sleep(idle_probe_s)
+                idle = (cpu_seconds(node.popen.pid) - c0) / (time.perf_counter() - i0)
+            params["load_average_1m"] = round(os.getloadavg()[0], 2)
             ctx.say(f"figure 5{sub}: publishing")
             cpu0, t0 = cpu_seconds(node.popen.pid), time.perf_counter()
             finished = asyncio.run(_throughput(srv.url, seats, total))
@@ -319,6 +348,8 @@ def _rate_row(ctx: Ctx, sub: str, label: str, seats: int, conc: int, total: int)
             row.parameters["node_cpu_share"] = round((cpu1 - cpu0) / (t1 - t0), 2)
             if cpu1 > cpu0:
                 row.parameters["one_core_bound"] = round(total / (cpu1 - cpu0), 1)
+            if idle_probe_s > 0:
+                row.parameters["node_idle_cpu_share"] = round(idle, 3)
         return row
     except Exception as e:  # noqa: BLE001
         return failed(label, "turns/s", f"{type(e).__name__}: {e}", params)

@@ -44,10 +44,15 @@ from ._ctx import Ctx
 from ._env import PROJECT, NatsCluster, nats_server
 from ._result import Row, failed, row_from
 
-__all__ = ["run"]
+__all__ = ["open_copy", "raw_stream", "run", "seed"]
 
 
-async def _open(nc: Client, node_id: str, store: Path, replicas: int) -> estate.Estate:
+async def open_copy(nc: Client, node_id: str, store: Path, replicas: int) -> estate.Estate:
+    """Open one data node's estate copy (logs at ``replicas``) in ``store``; wait until it reached its logs' end.
+
+    Raises:
+        RuntimeError: the copy did not reach its logs' end within 30 s.
+    """
     est = await estate.open_estate(
         nc.jetstream(timeout=10.0), node_id=node_id, store_dir=store, replicas=replicas
     )
@@ -56,7 +61,8 @@ async def _open(nc: Client, node_id: str, store: Path, replicas: int) -> estate.
     return est
 
 
-async def _seed(est: estate.Estate) -> None:
+async def seed(est: estate.Estate) -> None:
+    """Create the project and space ``BEN`` the figures write into (raises RuntimeError if refused)."""
     for op in ("project.upsert", "space.upsert"):
         ans = await est.service.serve(
             estate.Call(
@@ -69,7 +75,7 @@ async def _seed(est: estate.Estate) -> None:
             raise RuntimeError(f"seeding {op}: {ans}")
 
 
-async def _raw_stream(nc: Client, replicas: int) -> None:
+async def raw_stream(nc: Client, replicas: int) -> None:
     """Create the floor's stream and wait until it answers a publish.
 
     A fresh R3 stream has no leader for a moment (infra-facts: a create returns before the
@@ -99,12 +105,12 @@ def _seq(result: dict[str, Any]) -> int:
 
 async def _single(url: str, store: Path, n: int, reads: int, warmup: int) -> dict[str, list[float]]:
     nc = await nats.connect(url)
-    est = await _open(nc, "d1", store / "d1", 1)
+    est = await open_copy(nc, "d1", store / "d1", 1)
     out: dict[str, list[float]] = {k: [] for k in ("write", "pub", "read", "read_floor", "sql")}
     try:
-        await _seed(est)
+        await seed(est)
         router = EstateRouter(nc, None, node_id="d1", local=lambda: est.service)
-        await _raw_stream(nc, 1)
+        await raw_stream(nc, 1)
         js = nc.jetstream()
         payload = b"x" * 256
         keys: list[str] = []
@@ -152,10 +158,10 @@ async def _triple(urls: list[str], store: Path, n: int, warmup: int) -> dict[str
     out: dict[str, list[float]] = {"answered": [], "everywhere": [], "pub": []}
     try:
         for i, nc in enumerate(conns):
-            ests.append(await _open(nc, f"d{i + 1}", store / f"d{i + 1}", 3))
-        await _seed(ests[0])
+            ests.append(await open_copy(nc, f"d{i + 1}", store / f"d{i + 1}", 3))
+        await seed(ests[0])
         router = EstateRouter(conns[0], None, node_id="d1", local=lambda: ests[0].service)
-        await _raw_stream(conns[0], 3)
+        await raw_stream(conns[0], 3)
         js = conns[0].jetstream()
         payload = b"x" * 256
         for i in range(warmup + n):
