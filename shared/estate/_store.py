@@ -459,8 +459,10 @@ class EstateStore:
     async def read_inline(self, fn: Callable[[SqlConn], T]) -> T:
         """Run a short read ``fn(conn)`` on the calling (event loop) thread in one read transaction.
 
-        For point reads only (a handful of indexed statements, well under a millisecond): the
-        thread hand-off of :meth:`read` costs more than the read itself (issue 16, figure 6d).
+        For short reads only: point reads (a handful of indexed statements, well under a
+        millisecond) and knowledge searches while this copy's recent ones averaged under
+        ``INLINE_SEARCH`` (5 ms; ``_service.py``), where the thread hand-off of :meth:`read` costs
+        more than the read itself (issue 16, figures 6d and 7a); a longer read would hold the loop.
         ``fn`` gets a :class:`PlainConn` (literal SQL through ``exec_driver_sql``, rows with
         attribute access and ``_mapping``). The inline connection never waits for a lock: a busy
         file, or the connection in use by another thread, runs ``fn`` through :meth:`read` (a

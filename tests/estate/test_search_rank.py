@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from shared import estate
-from shared.estate import Call
+from shared.estate import Call, _pages_read
 from shared.estate._fts import NO_WORDS, lexical_query, tokens
-from shared.estate._store import raw_sql
+from shared.estate._store import FastConn, raw_sql
 
 from .conftest import Inproc, seed
 
@@ -124,6 +124,110 @@ async def test_phrase_then_every_word_then_some_word_in_knowledge(inproc: Start)
     assert await _search(a, "PASSIVE   Voice!") == ["Phrase", "Every", "Some"]
     # A single word: BM25 alone, as before.
     assert (await _search(a, "voice"))[0] == "Some"
+
+
+async def _hits(node: Inproc, query: str, limit: int, space: str | None = None) -> list[dict[str, Any]]:
+    args: dict[str, Any] = {"query": query, "limit": limit}
+    if space:
+        args["space"] = space
+    ans = await node.svc.serve(Call(op="pages.search", args=args))
+    assert ans.error is None, ans
+    return list(ans.result["data"]["hits"])
+
+
+async def _reference(node: Inproc, query: str, limit: int, space: str | None = None) -> list[dict[str, Any]]:
+    """The one-statement search (every match joined with its page, ordered, cut): the reference order."""
+    lexical = lexical_query(query, field="q")
+    return await node.est.store.read(
+        lambda conn: _pages_read._one_statement(FastConn(conn), lexical, space, limit, None)
+    )
+
+
+async def test_ties_at_the_cut_go_by_page_id_as_in_one_statement(inproc: Start) -> None:
+    """Issue 16: the search ranks by the index alone and reads pages for the best few; pages tied on
+    class and BM25 across the cut still come by page id, exactly as the one-statement search."""
+    a = await inproc("a")
+    await seed(a, "ENG", "OPS")
+    titled = [await _page(a, f"Alpha {n}", "alpha beta gamma") for n in ("one", "two")]
+    tied = [await _page(a, f"Note {n}", "alpha beta gamma") for n in range(25)]
+    for title, body in [("Zeta", "zeta alpha"), ("Zeta only", "zeta zeta"), ("Ops", "alpha beta")]:
+        ops = await a.svc.serve(Call(op="pages.write", args={"space": "OPS", "title": title, "body": body}))
+        assert ops.error is None, ops
+    for n in range(4):  # a tie inside the candidates: "delta" at limit 2
+        await _page(a, f"Delta {n}", "delta")
+    for n in range(12):
+        await _page(a, f"Deep {n}", "delta" + " filler" * (n + 1))
+    queries = ["alpha", "alpha beta", "beta alpha", "alpha zeta", "gamma zeta", "zeta", "alpha-beta"]
+    for query in [*queries, "delta", "delta filler", "filler delta"]:
+        for limit in (1, 2, 5, 20):
+            for space in (None, "ENG", "OPS"):
+                want = await _reference(a, query, limit, space)
+                assert await _hits(a, query, limit, space) == want, (query, limit, space)
+    best = [h["page_id"] for h in await _hits(a, "alpha", 5, "ENG")]
+    assert best == sorted(titled) + sorted(tied)[:3], best  # the title counts twice; then the ties by id
+
+
+async def test_a_page_not_published_is_never_a_hit(inproc: Start) -> None:
+    """Index rows whose page is not published are left out: the best match, and tied ones."""
+    a = await inproc("a")
+    await seed(a, "ENG")
+    best = [await _page(a, f"Alpha beta {n}", "alpha beta") for n in range(3)]  # the title counts twice
+    ids = [await _page(a, f"Note {n}", "alpha beta") for n in range(22)]
+    hidden = best[:2] + ids[:12]
+    marks = ", ".join("?" * len(hidden))
+    await a.est.store.write(
+        lambda conn: conn.exec_driver_sql(
+            f"UPDATE pages SET status = 'draft' WHERE id IN ({marks})", tuple(hidden)
+        )
+    )
+    for query in ["alpha", "alpha beta", "beta zeta"]:
+        hits = await _hits(a, query, 5)
+        assert hits == await _reference(a, query, 5), query
+        assert len(hits) == 5 and not {h["page_id"] for h in hits} & set(hidden), hits
+
+
+async def test_a_search_answers_alike_on_the_event_loop_and_on_a_reader_thread(inproc: Start) -> None:
+    """Issue 16: searches run inline while they are cheap here, on a reader thread once they are not."""
+    a = await inproc("a")
+    await seed(a, "ENG")
+    for n in range(6):
+        await _page(a, f"Beacon {n}", "lighthouse keeper" + " log" * n)
+    inline = await _hits(a, "lighthouse log", 5)
+    calls: list[str] = []
+    store = a.est.store
+    read_inline, read = store.read_inline, store.read
+
+    async def spy_inline(fn: Any) -> Any:
+        calls.append("inline")
+        return await read_inline(fn)
+
+    async def spy_read(fn: Any) -> Any:
+        calls.append("thread")
+        return await read(fn)
+
+    store.read_inline, store.read = spy_inline, spy_read  # type: ignore[method-assign]
+    try:
+        assert await _hits(a, "lighthouse log", 5) == inline
+        a.svc._search_cost = 1.0  # a second of CPU per search lately: a large index
+        assert await _hits(a, "lighthouse log", 5) == inline
+    finally:
+        store.read_inline, store.read = read_inline, read  # type: ignore[method-assign]
+    # inline first (a busy file would send that one on to a reader thread too), then a reader thread
+    assert calls[0] == "inline" and calls.count("inline") == 1 and calls[-1] == "thread", calls
+    assert a.svc._search_cost < 1.0  # the search's own cost pulls the mean down
+
+
+async def test_a_search_in_an_unknown_or_malformed_space_is_refused(inproc: Start) -> None:
+    a = await inproc("a")
+    await seed(a, "ENG")
+    await _page(a, "Beacon", "lighthouse")
+    missing = await a.svc.serve(Call(op="pages.search", args={"query": "lighthouse", "space": "OPS"}))
+    assert missing.error is not None and isinstance(estate.from_wire(missing.error), estate.NotFound), missing
+    bad = await a.svc.serve(Call(op="pages.search", args={"query": "lighthouse", "space": "ops team"}))
+    assert bad.error is not None, bad
+    err = estate.from_wire(bad.error)
+    assert isinstance(err, estate.InvalidField) and err.field == "space", bad
+    assert [h["title"] for h in await _hits(a, "lighthouse", 5, "ENG")] == ["Beacon"]
 
 
 async def test_query_text_is_never_fts5_syntax(inproc: Start) -> None:

@@ -55,6 +55,23 @@ async def test_a_retried_write_lands_once_and_reused_ids_are_refused(inproc: Sta
     assert upd.error["position"] == first.result["position_token"]
 
 
+async def test_a_lone_surrogate_in_a_write_is_refused_naming_the_field(inproc: Start) -> None:
+    """Issue 17: text no UTF-8 writer can encode (a model's tool call may carry ``"\\ud800"``) is
+    refused ``invalid`` naming the field, nothing is published, and the same op id with good text
+    then lands: never an "unknown outcome" repeated forever."""
+    a = await inproc("a")
+    await seed(a, "ENG")
+    op = estate.mint_op_id("create-ENG")
+    for _ in range(2):
+        bad = await _create(a, "Fix the \ud800 lantern", op_id=op)
+        assert bad.error is not None and bad.error["code"] == "invalid", bad
+        assert bad.error["field"] == "title" and "surrogate" in bad.error["detail"], bad.error
+    good = await _create(a, "Fix the lantern", op_id=op)
+    assert good.status == "ran" and good.result["outcome"] == "applied"
+    listed = await a.svc.serve(Call(op="work.list", args={"project": "ENG"}))
+    assert [i["title"] for i in listed.result["data"]["items"]] == ["Fix the lantern"]
+
+
 async def test_a_repeat_past_the_broker_window_folds_in_the_applier(inproc: Start) -> None:
     a = await inproc("a")
     await seed(a, "ENG")
