@@ -493,11 +493,13 @@ class SeatHost:
         or admission and the in-turn fence (FL-74) flap for the length of its round trip. The
         lead is twice the slowest of the recent heartbeats' costs (``costs``: seconds from when the
         heartbeat was due to when its renewals returned, so event-loop lag counts too), at least
-        min(0.5 s, 5 % of the heartbeat) and at most a quarter of the heartbeat: the heartbeat still
-        runs every TTL/3 (FL-52) give or take that lead. Measured before this: at 128 turns in
-        flight on one event loop (bench 5c) a fixed 0.5 s lead fenced about one turn in ten.
+        min(0.5 s, a quarter of the heartbeat) and at most a quarter of the heartbeat: the heartbeat
+        still runs every TTL/3 (FL-52) give or take that lead. Measured before this: at 128 turns in
+        flight on one event loop (bench 5c) a fixed 0.5 s lead fenced about one turn in ten, and a
+        test node's 3 s TTL (a 50 ms lead) fenced turns whenever its loop lagged 50 ms on a busy
+        machine. With the default TTL (45 s) the lead is 0.5–3.75 s.
         """
-        floor = min(0.5, self._hb * 0.05)
+        floor = min(0.5, self._hb * 0.25)
         return min(self._hb * 0.25, max(floor, 2 * max(costs, default=0.0)))
 
     async def _heartbeat_loop(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import structlog
@@ -288,12 +289,17 @@ async def test_a_recorded_deferral_is_resumed_by_the_next_good_renew(kv: Coordin
 async def test_the_heartbeat_starts_earlier_when_renewals_are_slow(kv: Coordination) -> None:
     """FL-72/FL-52: the renew lead grows with the recent heartbeats' cost, within its bounds.
 
-    With a 2 s TTL the heartbeat is 0.667 s: a quiet store keeps the floor (5 % of it), a renew
-    that took 50 ms starts 100 ms early, and no cost moves it more than a quarter heartbeat early.
+    The test TTL is 2 s, so the heartbeat is 0.667 s and floor and cap are both a quarter of it.
+    With the default 45 s TTL (a 15 s heartbeat): a quiet store keeps the 0.5 s floor, a
+    heartbeat that cost 1 s starts 2 s early, and no cost moves it more than 3.75 s early.
     """
     h = host(kv, "n1")
-    hb = h.heartbeat
-    assert abs(h.renew_lead([]) - hb * 0.05) < 1e-9
-    assert abs(h.renew_lead([0.001, 0.002]) - hb * 0.05) < 1e-9
-    assert abs(h.renew_lead([0.01, 0.05, 0.02]) - 0.1) < 1e-9
-    assert abs(h.renew_lead([5.0]) - hb * 0.25) < 1e-9
+    assert abs(h.renew_lead([]) - h.heartbeat * 0.25) < 1e-9
+    assert abs(h.renew_lead([5.0]) - h.heartbeat * 0.25) < 1e-9
+    default = SeatHost(
+        kv, node_id="n2", owner="n2:0000abcd", protocol=PROTOCOL_VERSION, ttl=timedelta(seconds=45)
+    )
+    assert default.heartbeat == 15.0
+    assert default.renew_lead([]) == default.renew_lead([0.001, 0.002]) == 0.5
+    assert abs(default.renew_lead([0.01, 1.0, 0.2]) - 2.0) < 1e-9
+    assert abs(default.renew_lead([60.0]) - 3.75) < 1e-9
