@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["not_text"]
+__all__ = ["not_text", "safe_text"]
+
+
+def safe_text(text: str) -> str:
+    """``text`` with every lone surrogate written as its escape (``\\ud800``): safe to encode and
+    echo back in a refusal that names the offending key."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def not_text(value: Any, path: str = "") -> tuple[str, str] | None:
@@ -22,7 +28,8 @@ def not_text(value: Any, path: str = "") -> tuple[str, str] | None:
     Returns:
         ``(path, why)`` for the first lone surrogate found — ``path`` dotted like a validation
         error's (``op_id``, ``labels.1``, ``payload.title``; ``body`` for a bare string at the top;
-        a key is named ``<path> (a key)``) — else None.
+        a key is named ``<path> (a key)``, its lone surrogates escaped by :func:`safe_text`, so the
+        path itself can always be encoded) — else None.
     """
     if isinstance(value, str):
         try:
@@ -34,7 +41,8 @@ def not_text(value: Any, path: str = "") -> tuple[str, str] | None:
         return None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for k, v in items:
-        where = f"{path}.{k}" if path else str(k)
+        name = safe_text(k) if isinstance(k, str) else str(k)
+        where = f"{path}.{name}" if path else name
         bad = (not_text(k, f"{where} (a key)") if isinstance(k, str) else None) or not_text(v, where)
         if bad:
             return bad

@@ -230,6 +230,15 @@ class Applier:
                 self._level()  # nothing to replay: level at once (ES-39), no first fetch to wait out
         self._task = asyncio.create_task(self._loop(), name=f"applier-{self.domain}")
 
+    async def last_on_log(self) -> int | None:
+        """The log's last sequence as the broker says now (a stream info request), or None when the
+        broker could not be asked. Used to tell a position no write ever produced from one this copy
+        has not reached yet (issue 17)."""
+        with contextlib.suppress(nats.js.errors.APIError, nats.errors.Error, asyncio.TimeoutError):
+            info = await self._js.stream_info(self.stream)
+            return int(info.state.last_seq)
+        return None
+
     async def _keyed_elsewhere(self, seq: int, created_at: int) -> bool:
         """True (and the copy stops, out of service) when the rows are keyed to another log (ES-90).
 

@@ -296,6 +296,18 @@ class EstateService:
         target = int(call.floors.get(applier.stream, 0) or 0)
         if call.min_position:
             target = max(target, Position.parse(call.min_position, domain=domain).seq)
+        if target > max(applier.log_last, applier.applied):
+            # a position this copy has not heard of: if the log does not hold it either, no write
+            # produced it, and waiting (or a Retry-After) would never end (issue 17); a position a
+            # write answered is on the log before the answer, so this never refuses a real one
+            last = await applier.last_on_log()
+            if last is not None and target > last:
+                mine = call.min_position and Position.parse(call.min_position, domain=domain).seq == target
+                raise InvalidField(
+                    "min_position" if mine else "floors",
+                    f"{target} is past the end of {applier.stream} (its last record is {last}); "
+                    "a position comes from a write's answer",
+                )
         if target and not await applier.wait_applied(target, self._floor_wait):
             raise Refused(
                 "behind",

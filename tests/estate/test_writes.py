@@ -184,6 +184,13 @@ async def test_read_levels_and_refusals(inproc: Start) -> None:
     assert bare.error is not None and bare.error["field"] == "read_level"
     wrong = await a.svc.serve(Call(op="work.list", args={}, min_position="CREWLET_PAGES_LOG@1:1"))
     assert wrong.error is not None and wrong.error["code"] == "wrong_stream"
+    # a position no write produced is refused naming it, at once: never "behind" with a Retry-After forever
+    for far in ("CREWLET_TRACKER_LOG@1:100000", f"CREWLET_TRACKER_LOG@1:{2**63}"):
+        past = await a.svc.serve(Call(op="work.list", args={}, min_position=far))
+        assert past.error is not None and past.error["code"] == "invalid", past
+        assert past.error["field"] == "min_position" and "past the end" in past.error["detail"]
+    floors = await a.svc.serve(Call(op="work.list", args={}, floors={"CREWLET_TRACKER_LOG": 100000}))
+    assert floors.error is not None and floors.error["field"] == "floors", floors
     lin = await a.svc.serve(Call(op="work.list", args={}, read_level="linearizable"))
     assert lin.status == "ran" and lin.result["meta"]["level"] == "linearizable"
     stale = await a.svc.serve(Call(op="work.list", args={}))

@@ -43,6 +43,9 @@ def test_unknown_routes_methods_and_bodies_answer_json(
     assert r.status_code == 400, r.text
     r = post_message(node, "lead", "about a missing item", work_item="ZZZ-99")
     assert r.status_code == 404 and r.json()["error"] == "unknown_work_item", r.text
+    # a key of the right shape no item can have (past 64-bit numbers) is the caller's input: 400 naming it
+    r = post_message(node, "lead", "about an impossible item", work_item="ENG-99999999999999999999")
+    assert r.status_code == 400 and r.json()["detail"]["field"] == "work_item", r.text
     # GitHub's ping has no issue title: acknowledged, nothing published, no turn
     r = post_github(node, body=(SHARED_HOOKS / "ping.event.json").read_bytes(), event="ping")
     assert r.status_code == 200 and r.json()["status"] == "ignored", r.text

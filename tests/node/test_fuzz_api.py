@@ -262,6 +262,15 @@ def test_a_lone_surrogate_in_any_body_string_is_refused_before_anything_is_writt
                         and str(issues[0].get("path", "")).startswith(name)
                     ):
                         wrong.append(f"{method} {path} {name}={raw!r}: {r.status_code} {r.text[:200]}")
+            # a lone surrogate in a key, also a nested one: the refusal names the key escaped
+            for body in (b'{"project": "SUP", "title": "t", "\\ud800": 1}', b'{"labels": [{"\\ud800x": 1}]}'):
+                r = client.request(
+                    method, _concrete(path), content=body, headers={"Content-Type": "application/json"}
+                )
+                tried += 1
+                issues = r.json().get("detail") if r.status_code == 400 else None
+                if not (isinstance(issues, list) and issues and "\\ud800" in str(issues[0].get("path", ""))):
+                    wrong.append(f"{method} {path} key {body!r}: {r.status_code} {r.text[:200]}")
         after = client.get("/work", params={"project": "SUP", "limit": 100}).json()["count"]
     assert tried >= 40, tried
     assert not wrong, "\n".join(wrong)

@@ -102,6 +102,14 @@ def test_routes_on_the_wire(start_node: Callable[..., Node], tmp_path: Path, exa
         r = c.put("/secrets/PLAIN_KEY", content=VALUE, headers={**auth, "content-type": "text/plain"})
         assert r.status_code == 200 and r.json()["name"] == "PLAIN_KEY" and r.json()["key_id"] == "test"
         assert VALUE not in r.text
+        for ctype in (None, "application/x-www-form-urlencoded", "application/xml"):  # never stored as text
+            r = c.put(
+                "/secrets/FORM_KEY",
+                content=b'{"value": "sk-abc"}',
+                headers={**auth, **({"content-type": ctype} if ctype else {})},
+            )
+            assert r.status_code == 415 and r.json()["detail"]["field"] == "Content-Type", r.text
+        assert c.get("/secrets/FORM_KEY", headers=auth).status_code == 404
         r = c.put("/secrets/JSON_KEY", json={"value": "v2"}, headers=auth)
         assert r.status_code == 200
         r = c.put("/secrets/JSON_KEY", json={"valu": "v2"}, headers=auth)

@@ -79,6 +79,8 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
                 raise api_error(
                     404, "unknown_work_item", f"work_item: no work item {body.work_item!r}"
                 ) from None
+            except estate.InvalidField as e:  # a key no item can have: the caller's input, not the estate
+                raise api_error(400, "invalid", {"field": "work_item", "message": e.detail}) from None
             except (estate.EstateError, RouterError) as e:
                 raise api_error(503, "estate_unavailable", str(e), headers={"Retry-After": "5"}) from None
         message_id = str(uuid.uuid4())

@@ -75,9 +75,25 @@ def _name(name: str) -> str:
 
 
 async def _value_of(request: Request) -> str:
-    """The value a ``PUT`` carries: JSON ``{"value": str}``, else the raw body as UTF-8 text."""
-    body = await request.body()
+    """The value a ``PUT`` carries: JSON ``{"value": str}`` (``application/json``) or the raw body as
+    UTF-8 text (``text/plain``).
+
+    Raises:
+        HTTPException: 415 ``unsupported_media_type`` naming ``Content-Type`` for any other type or
+            none (issue 17: a form-encoded or untyped JSON body was stored as the secret's text,
+            braces and all); 400 for a body that is not what its type says.
+    """
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if ctype not in ("application/json", "text/plain"):
+        raise api_error(
+            415,
+            "unsupported_media_type",
+            {
+                "field": "Content-Type",
+                "message": f'send application/json {{"value": ...}} or text/plain, not {ctype or "no type"}',
+            },
+        )
+    body = await request.body()
     if ctype == "application/json":
         try:
             doc = json.loads(body)
