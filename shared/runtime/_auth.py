@@ -14,10 +14,14 @@ from fastapi import HTTPException, Request
 
 from shared.config import NodeConfig
 
-__all__ = ["grant_of", "require_grant"]
+__all__ = ["CHALLENGE", "grant_of", "require_grant"]
 
 _GRANTS: dict[Callable[..., Any], str] = {}
 """Each dependency :func:`require_grant` built → the grant it asks (read by the OpenAPI writer)."""
+
+
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="crewlet"'}
+"""The header every 401 carries (RFC 6750 §3): the scheme the API wants."""
 
 
 def grant_of(call: Callable[..., Any] | None) -> str | None:
@@ -44,7 +48,8 @@ def require_grant(cfg: NodeConfig, grant: str) -> Callable[[Request], Awaitable[
         A dependency returning the token id.
 
     Raises:
-        HTTPException: 401 ``unauthorized`` (no/unknown token) or 403 ``forbidden`` (grant missing).
+        HTTPException: 401 ``unauthorized`` (no/unknown token, with the :data:`CHALLENGE` header)
+            or 403 ``forbidden`` (grant missing).
     """
 
     async def dep(request: Request) -> str:
@@ -52,11 +57,13 @@ def require_grant(cfg: NodeConfig, grant: str) -> Callable[[Request], Awaitable[
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value:
             raise HTTPException(
-                401, {"error": "unauthorized", "detail": "Authorization: Bearer <token> required"}
+                401,
+                {"error": "unauthorized", "detail": "Authorization: Bearer <token> required"},
+                headers=CHALLENGE,
             )
         grants = _token_grants(cfg, value.strip())
         if grants is None:
-            raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"})
+            raise HTTPException(401, {"error": "unauthorized", "detail": "unknown token"}, headers=CHALLENGE)
         if grant not in grants:
             raise HTTPException(403, {"error": "forbidden", "detail": f"token lacks the {grant} grant"})
         for tok in cfg.api.auth.tokens:

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from shared import logs
 from shared.text import not_text
 
-from ._auth import grant_of
+from ._auth import CHALLENGE, grant_of
 
 __all__ = ["ALWAYS_GUARDED", "MAX_BODY_BYTES", "MAX_VERSION", "api_error", "install_error_handlers"]
 
@@ -352,6 +352,7 @@ def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = Non
                 return JSONResponse(
                     {"error": "unauthorized", "detail": "Authorization: Bearer <token> required"},
                     status_code=401,
+                    headers=CHALLENGE,
                 )
             body["detail"] = f"no route {request.method} {path}"
         headers = getattr(exc, "headers", None)

@@ -249,6 +249,8 @@ def test_a_guarded_route_refuses_without_its_grant(node: Node) -> None:
                     )
                 elif want == 403 and decision not in str(r.json().get("detail")):
                     wrong.append(f"{method} {path}: the 403 does not name {decision}: {r.text[:160]}")
+                elif want == 401 and not r.headers.get("www-authenticate", "").startswith("Bearer"):
+                    wrong.append(f"{method} {path}: the 401 has no WWW-Authenticate: Bearer challenge")
             r = _send(client, method, path, TOKEN)
             if r.status_code in (401, 403):
                 wrong.append(f"{method} {path} with {decision}: {r.status_code} {r.text[:160]}")
