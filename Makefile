@@ -29,7 +29,7 @@ run: install ## Start one node with the example company on the embedded broker, 
 .PHONY: test
 test: install ## Run the whole test suite (real nats-server, real node processes; two workers, a module each)
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=30 --ignore=tests/e2e $(ARGS)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=30 --ignore=tests/e2e --ignore=tests/chaos $(ARGS)
 
 E2E_STAMP := $(VENV)/.installed-e2e
 E2E_DEBS := chromium prometheus
@@ -58,16 +58,36 @@ e2e-deps: $(E2E_STAMP) ## Debian's chromium and prometheus (apt-get as root when
 e2e: e2e-deps ## Checks that need Debian packages: a real Prometheus and a headless Chromium against real fleets
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=20 tests/e2e $(ARGS)
 
+.PHONY: chaos
+chaos: install ## Seeded fault run on a real 3-node fleet with invariants (ARGS="--rounds N --seed S --minutes M"; default 3 rounds)
+	@ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing the Debian package libfaketime (the clock-skew faults)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q libfaketime >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q libfaketime >/dev/null; } \
+	      || echo "apt-get install libfaketime failed: the clock-skew faults are left out"; \
+	  else \
+	    echo "libfaketime is missing (as root: apt-get install libfaketime): the clock-skew faults are left out"; \
+	  fi; \
+	}
+	$(BIN)/python -m chaos $(or $(ARGS),--rounds 3)
+
+.PHONY: chaos-check
+chaos-check: install ## The chaos runner's tests (a deliberately broken build must be reported), then the 3-round run (CI)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/chaos
+	$(MAKE) chaos ARGS=
+
 .PHONY: bench-quick
 bench-quick: install ## Every benchmark figure at its smallest size, no timing asserted (CI runs it after make test)
 	$(BIN)/python -m bench --quick --quiet
 
 .PHONY: lint
 lint: install ## ruff + mypy + import contracts
-	$(BIN)/ruff check shared services crewlet tests bench
-	$(BIN)/ruff format --check shared services crewlet tests bench
+	$(BIN)/ruff check shared services crewlet tests bench chaos
+	$(BIN)/ruff format --check shared services crewlet tests bench chaos
 	$(BIN)/mypy
 	$(BIN)/mypy bench
+	$(BIN)/mypy chaos
 	$(BIN)/lint-imports --no-cache
 
 .PHONY: bench
@@ -76,8 +96,8 @@ bench: install ## Benchmarks: every figure beside its floor measured in the same
 
 .PHONY: format
 format: install ## Format the code
-	$(BIN)/ruff format shared services crewlet tests bench
-	$(BIN)/ruff check --fix shared services crewlet tests bench
+	$(BIN)/ruff format shared services crewlet tests bench chaos
+	$(BIN)/ruff check --fix shared services crewlet tests bench chaos
 
 .PHONY: typecheck
 typecheck: install ## mypy --strict over shared, services, crewlet

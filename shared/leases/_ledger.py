@@ -62,13 +62,14 @@ class Ledger:
 
         Returns:
             The constituents already recorded. When the ledger cannot be read: the empty set
-            (fail open, FL-89: the turn runs), logged as ``ledger_read_failed``.
+            (fail open, FL-89: the turn runs), logged as ``ledger_read_failed`` naming the ``keys``
+            (so a turn worked twice for it can be told from a real double run).
         """
         wanted = list(dict.fromkeys(keys))
         try:
             found = await asyncio.gather(*(self._coord.get("ledger", self.key(scope, k)) for k in wanted))
         except CoordinationUnavailable as e:
-            _log.warning("ledger_read_failed", scope=scope, error=str(e))
+            _log.warning("ledger_read_failed", scope=scope, keys=wanted, error=str(e))
             return set()
         return {k for k, entry in zip(wanted, found, strict=True) if entry is not None}
 
