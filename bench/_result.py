@@ -159,9 +159,12 @@ def failed(figure: str, unit: str, reason: str, parameters: dict[str, Any] | Non
     return Row(figure, unit, None, None, None, None, 0, dict(parameters or {}), "failed", reason)
 
 
-def _num(x: float | None) -> str:
+def fmt_num(x: float | None) -> str:
+    """A figure for the tables: ``—`` for none, ``n/a`` for NaN, three significant-ish digits."""
     if x is None:
         return "—"
+    if math.isnan(x):
+        return "n/a"
     if x == 0:
         return "0"
     if abs(x) >= 100:
@@ -185,10 +188,10 @@ def render_table(rows: Sequence[Row]) -> str:
             continue
         f = r.floor
         assert f is not None
-        ratio = f"×{_num(r.ratio)}" if r.ratio is not None else "—"
+        ratio = f"×{fmt_num(r.ratio)}" if r.ratio is not None else "—"
         lines.append(
-            f"| {r.figure} | {r.unit} | {_num(r.median)} | {_num(r.p99)} | {f.name} | "
-            f"{_num(f.median)} | {_num(f.p99)} | {ratio} |"
+            f"| {r.figure} | {r.unit} | {fmt_num(r.median)} | {fmt_num(r.p99)} | {f.name} | "
+            f"{fmt_num(f.median)} | {fmt_num(f.p99)} | {ratio} |"
         )
     return "\n".join(lines)
 

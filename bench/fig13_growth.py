@@ -58,7 +58,7 @@ from shared.router import EstateRouter
 from . import fig2_mailboxes, fig5_turns, fig6_estate, fig7_search
 from ._ctx import Ctx
 from ._env import PROJECT, nats_server
-from ._result import Row, failed, row_from
+from ._result import Row, failed, fmt_num, row_from
 
 __all__ = ["FULL_SIZES", "QUICK_SIZES", "Step", "growth_steps", "render_growth", "run"]
 
@@ -201,20 +201,6 @@ def growth_steps(rows: Sequence[Row]) -> list[Step]:
     return steps
 
 
-def _num(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if math.isnan(x):
-        return "n/a"
-    if abs(x) >= 100:
-        return f"{x:,.0f}"
-    if abs(x) >= 10:
-        return f"{x:.1f}"
-    if abs(x) >= 1:
-        return f"{x:.2f}"
-    return f"{x:.3f}"
-
-
 def _k(x: float | None) -> str:
     if x is None:
         return "—"
@@ -236,11 +222,11 @@ def render_growth(rows: Sequence[Row]) -> str:
     ]
     for s in steps:
         size_unit = "seats" if s.curve == "idle seats CPU" else _SIZE_UNIT[s.curve.split()[0]]
-        fl = "—" if s.floor_costs is None else f"{_num(s.floor_costs[0])} → {_num(s.floor_costs[1])}"
+        fl = "—" if s.floor_costs is None else f"{fmt_num(s.floor_costs[0])} → {fmt_num(s.floor_costs[1])}"
         lines.append(
             f"| {s.curve} | {s.unit} | {s.sizes[0]:,} → {s.sizes[1]:,} {size_unit} | "
-            f"{_num(s.costs[0])} → {_num(s.costs[1])} | {fl} | {_k(s.k)} | {_k(s.floor_k)} | "
-            f"{_num(s.marginal)} | {_num(s.floor_marginal)} | {s.marginal_unit} |"
+            f"{fmt_num(s.costs[0])} → {fmt_num(s.costs[1])} | {fl} | {_k(s.k)} | {_k(s.floor_k)} | "
+            f"{fmt_num(s.marginal)} | {fmt_num(s.floor_marginal)} | {s.marginal_unit} |"
         )
     return "\n".join(lines)
 
