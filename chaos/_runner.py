@@ -279,12 +279,12 @@ def _quiet_and_check(
         checks[c.name].violations += c.violations
     if excused:
         checks["handled once"].note = f"{len(excused)} worked twice after a failed ledger write (FL-89)"
-    # 6: one completed turn per accepted trigger (and a replayed delivery is never accepted again)
+    # 6: one completed turn per accepted trigger (and a replayed delivery never starts a new trigger)
     worked = {**counts, **{e: 1 for e in ledgered}}
     turns = [v for v in turn_violations(accepted, worked, allowed, ledger_failed) if v not in state.seen]
     replays = workload.replays_reaccepted[state.reaccepted :]
     state.reaccepted += len(replays)
-    turns += [f"replayed delivery {d} was accepted again (not deduplicated)" for d in replays]
+    turns += [f"replayed delivery {d} started new triggers again (not deduplicated)" for d in replays]
     checks["one completed turn per accepted trigger"].violations += turns
     checks[
         "one completed turn per accepted trigger"

@@ -218,12 +218,16 @@ class Workload:
         answer = self._classify(op, r)
         op.detail = {**op.detail, "delivery": delivery, "payload": path.name, "replay": replay}
         if r.status_code == 202:
-            routed = {str(x["event_id"]): str(x["seat"]) for x in answer.get("routed") or []}
+            # a trigger the inbox stream collapsed ("duplicate": the claim failed open, FL-33, and
+            # the delivery was processed again) is no new trigger: its event id never runs
+            entries = answer.get("routed") or []
+            routed = {str(x["event_id"]): str(x["seat"]) for x in entries if not x.get("duplicate")}
             op.outcome = "accepted"
             op.detail["routed"] = routed
+            op.detail["collapsed"] = sum(1 for x in entries if x.get("duplicate"))
             with self._lock:
                 self.accepted.update(routed)
-                if replay and first == "accepted":
+                if replay and first == "accepted" and routed:
                     self.replays_reaccepted.append(delivery)
         elif r.status_code == 200:
             op.outcome = str(answer.get("status") or "ignored")

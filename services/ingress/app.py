@@ -43,11 +43,14 @@ __all__ = ["service"]
 def service(ctx: NodeContext) -> RoleService:
     """Build the ingress role for ``ctx``: its router and lifespan work."""
 
-    async def publish(handle: str, envelope: dict[str, Any], msg_id: str, headers: dict[str, str]) -> None:
+    async def publish(handle: str, envelope: dict[str, Any], msg_id: str, headers: dict[str, str]) -> bool:
         bus = ctx.extras.get("bus")
         if not isinstance(bus, Bus):
             raise api_error(503, "not_ready", "the node's bus is not open yet", headers={"Retry-After": "5"})
-        await bus.publish_to_seat(handle, Envelope.model_validate(envelope), msg_id=msg_id, headers=headers)
+        stored = await bus.publish_to_seat(
+            handle, Envelope.model_validate(envelope), msg_id=msg_id, headers=headers
+        )
+        return stored.duplicate
 
     publisher = TriggerPublisher(publish, telemetry.inject)
     api = APIRouter()

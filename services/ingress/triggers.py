@@ -158,14 +158,25 @@ def json_pointer(doc: Any, pointer: str) -> Any:
 
 @dataclass(frozen=True)
 class Published:
-    """What a publish answered: the envelope id and its trace id (32 hex)."""
+    """What a publish answered.
+
+    Attributes:
+        event_id: The envelope id (a UUID string).
+        trace_id: Its trace id (32 hex).
+        duplicate: True when the inbox stream collapsed it onto an earlier publish with the same
+            message id (JetStream's duplicate window): nothing new was stored and ``event_id``
+            will never run — the earlier publish's envelope does. A delivery whose dedupe claim
+            failed open (FL-33) and was processed again lands here.
+    """
 
     event_id: str
     trace_id: str
+    duplicate: bool = False
 
 
-PublishFn = Callable[[str, dict[str, Any], str, dict[str, str]], Awaitable[None]]
-"""``publish(handle, envelope, msg_id, headers)``: put one envelope on a seat's inbox."""
+PublishFn = Callable[[str, dict[str, Any], str, dict[str, str]], Awaitable[bool | None]]
+"""``publish(handle, envelope, msg_id, headers)``: put one envelope on a seat's inbox; True when the
+stream collapsed it onto an earlier publish with the same ``msg_id`` (a duplicate)."""
 
 
 class TriggerPublisher:
@@ -201,7 +212,7 @@ class TriggerPublisher:
             extra: Additional top-level envelope fields (``work_item``, ``parent_turn_id``, ...).
 
         Returns:
-            The envelope id and trace id.
+            The envelope id and trace id, and whether the stream collapsed it as a duplicate.
 
         Raises:
             Whatever the bus raises when the publish is refused or its outcome is unknown.
@@ -229,5 +240,5 @@ class TriggerPublisher:
             }
             headers: dict[str, str] = {}
             self._inject(headers)
-            await self._publish(handle, envelope, msg_id, headers)
-        return Published(event_id, trace_id)
+            duplicate = bool(await self._publish(handle, envelope, msg_id, headers))
+        return Published(event_id, trace_id, duplicate)

@@ -186,6 +186,30 @@ class Broker:
 
         return int(self._run(go))
 
+    def kv_purge(self, bucket_suffix: str) -> int:
+        """Purge every key of the bucket whose name ends with ``bucket_suffix``; how many there were.
+
+        What a store that cannot be asked looks like to a dedupe claim (FL-33: it fails open), and
+        what an operator's release does (FL-122: a purge, so the key can be claimed again).
+        """
+
+        async def go(nc: Any) -> int:
+            js = nc.jetstream()
+            names = [n async for n in _stream_names(js)]
+            bucket = next(n[3:] for n in names if n.startswith("KV_") and n.endswith(bucket_suffix))
+            kv = await js.key_value(bucket)
+            try:
+                keys = list(await kv.keys())
+            except Exception as e:  # noqa: BLE001 - nats-py raises NoKeysError for an empty bucket
+                if type(e).__name__ == "NoKeysError":
+                    return 0
+                raise
+            for key in keys:
+                await kv.purge(key)
+            return len(keys)
+
+        return int(self._run(go))
+
     def kv_keys(self, bucket_suffix: str) -> list[str]:
         """Keys of the coordination bucket whose name ends with ``bucket_suffix`` (e.g. ``claims``)."""
 

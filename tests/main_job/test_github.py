@@ -358,3 +358,46 @@ def test_what_a_new_user_broke(node: Node) -> None:
     repeat = post(node, "issues", load("issues.opened"))
     assert repeat.status_code == 200 and repeat.json()["status"] == "ignored", repeat.text
     assert len(settled(node)) == before
+
+
+def test_a_delivery_processed_again_after_its_claim_failed_open_changes_nothing_twice(
+    node: Node, tmp_path: Path
+) -> None:
+    """FL-33/FL-122: when the ``claims`` bucket cannot be asked a delivery is processed again (the
+    chaos run, issue 17: the bucket's leader lost for 10 s, a replayed comment delivery mirrored its
+    comment twice). An empty ``claims`` bucket is what such a node sees. The comment lands once (its
+    operation id derives from the delivery id), a repeated ``opened`` wakes nobody, the generic
+    route's repeated trigger is collapsed by the inbox stream and answered ``duplicate``, and no
+    seat runs a second turn."""
+    from .support import Broker, post_github
+
+    broker = Broker(tmp_path / "data" / "node-0")
+    opened, comment, generic = str(uuid.uuid4()), str(uuid.uuid4()), str(uuid.uuid4())
+    first = post(node, "issues", load("issues.opened"), delivery=opened)
+    assert first.status_code == 202, first.text
+    key = first.json()["linked"]["work_item"]
+    said = post(node, "issue_comment", load("issue_comment.created"), delivery=comment)
+    assert said.status_code == 202 and said.json()["woken"] == ["lead"], said.text
+    via_generic = post_github(node, delivery=generic)
+    assert via_generic.status_code == 202, via_generic.text
+    before = settled(node)
+    assert broker.kv_purge("claims") == 3
+    published = broker.last_seq()
+
+    again = post(node, "issues", load("issues.opened"), delivery=opened)
+    assert (again.status_code, again.json()["status"]) == (200, "ignored"), again.text
+    said_again = post(node, "issue_comment", load("issue_comment.created"), delivery=comment)
+    assert said_again.status_code == 202, said_again.text
+    generic_again = post_github(node, delivery=generic)
+    assert (generic_again.status_code, generic_again.json()["status"]) == (200, "duplicate"), (
+        generic_again.text
+    )
+
+    bodies = [c["body"] for c in item(node, key)["comments"] if c["author"].startswith("github:")]
+    assert len([b for b in bodies if "You are totally right!" in b]) == 1, bodies
+    after = settled(node, 3.0)
+    assert Counter(t["seat"] for t in after) == Counter(t["seat"] for t in before), after
+    assert broker.last_seq() == published  # every repeated trigger was collapsed by the stream
+    # a third post finds the claim the second one took: the usual 200 duplicate
+    third = post(node, "issue_comment", load("issue_comment.created"), delivery=comment)
+    assert (third.status_code, third.json()["status"]) == (200, "duplicate"), third.text

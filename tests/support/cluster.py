@@ -143,6 +143,32 @@ class NatsCluster:
             return str((jsz.get("meta_cluster") or {}).get("leader") or "")
         return ""
 
+    def wait_healthy(self, timeout: float = 60.0) -> float | None:
+        """Wait until every running member's bare ``/healthz`` answers 200: on a JetStream server it
+        runs the whole health suite, so every stream and consumer it holds has a leader and its
+        replica is current (a member that just restarted is caught up, the elections its loss
+        started are over).
+
+        Returns:
+            Seconds waited, or None when some member was still unhealthy after ``timeout``.
+        """
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            ok = True
+            for m in self.members:
+                if not m.running:
+                    continue
+                try:
+                    ok = httpx.get(f"http://127.0.0.1:{m.monitor_port}/healthz", timeout=1).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                if not ok:
+                    break
+            if ok:
+                return time.monotonic() - start
+            time.sleep(0.1)
+        return None
+
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Wait until every running member names the meta leader and JetStream answers a client."""
         deadline = time.monotonic() + timeout

@@ -17,6 +17,13 @@ so a refused request changes nothing:
 8. the delivery id is claimed once in the ``claims`` slot (a repeat is 200 ``duplicate``; the claim
    fails open when the store cannot be asked, FL-33).
 
+A delivery processed again because its claim failed open changes nothing twice: its comment is
+written with an operation id derived from the delivery id (ES-6: the estate folds the repeat onto
+the first), and its triggers carry ``github:<delivery>:<seat>`` as ``Nats-Msg-Id``, so the inbox
+stream collapses them; such a routed entry says ``"duplicate": true`` (its ``event_id`` never runs).
+Seen in the chaos run (issue 17): the claims bucket's leader lost for 10 s, a replayed comment
+delivery mirrored its comment twice.
+
 Then, without any model: the delivery's issue or pull request is **linked** to one work item whose
 basis is ``github:<repository id>#<number>`` — the first delivery about it creates the item (in
 ``integrations.github.project``), and a second create for the same basis, however it comes (another
@@ -29,7 +36,7 @@ none goes to ``route_unmatched_to``, and every trigger carries the conversation 
 ``github:<repo full name>#<number>`` (CO-38) and the linked item.
 
 The answer says what was done: 202 ``{"status": "accepted", "event", "delivery", "linked":
-{"work_item", "outcome"}, "routed": [{"seat", "reason", "event_id"}], "woken": [...]}``; 200
+{"work_item", "outcome"}, "routed": [{"seat", "reason", "event_id", "duplicate"?}], "woken": [...]}``; 200
 ``ignored`` with the reason when the delivery changed nothing and woke nobody.
 """
 
@@ -298,6 +305,8 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
                     text,
                     author=f"github:{ev.sender or 'unknown'}",
                     author_kind="integration",
+                    # the same delivery processed twice (its claim failed open, FL-33) comments once
+                    op_id=estate.derive_op_id("github-comment", delivery, str(item["key"])),
                 )
                 comment = dict(res.get("object") or {"body": text})
                 woken = await comment_wakes(ev, item, comment, text)
@@ -327,7 +336,10 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
                 },
                 msg_id=f"github:{delivery}:{seat}",
             )
-            routed.append({"seat": seat, "reason": reason, "event_id": published.event_id})
+            entry: dict[str, Any] = {"seat": seat, "reason": reason, "event_id": published.event_id}
+            if published.duplicate:
+                entry["duplicate"] = True
+            routed.append(entry)
         linked = {"work_item": key, "outcome": outcome} if key else None
         _log.info(
             "github_delivery_handled",

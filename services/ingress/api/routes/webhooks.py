@@ -16,6 +16,8 @@ Order of checks, so a refused request stores and publishes nothing:
 8. an ``external_notification{source: "webhook:<source>", text, body}`` is published to the routed
    seat's inbox with the delivery id as ``Nats-Msg-Id``; 202 ``{"status": "accepted", "event_id",
    "trace_id", "seat"}``. A failed publish releases the claim, so the sender's retry is not a duplicate.
+   A publish the stream collapsed (a delivery processed again after its claim failed open) answers
+   200 ``duplicate`` too: the earlier envelope is the one that runs.
 """
 
 from __future__ import annotations
@@ -167,6 +169,9 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         except Exception:
             await claim.release(ctx)
             raise
+        if published.duplicate:  # the claim failed open (FL-33); the inbox stream's window caught it
+            _log.info("webhook_duplicate", source=source, delivery=delivery)
+            return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
         _log.info(
             "webhook_accepted", source=source, seat=seat, delivery=delivery, event_id=published.event_id
         )
