@@ -40,6 +40,7 @@ from shared.turns import TurnEngine
 
 from .admission import EstateWatch
 from .dispatcher import Dispatcher
+from .messages import requeue_abandoned
 
 __all__ = ["RELEASED_SUBJECT", "service"]
 
@@ -163,6 +164,10 @@ def service(ctx: NodeContext) -> RoleService:
             _log.warning("seats_idle", reason="no active company")
         bus: Bus = ctx.extras["bus"]
         turns: TurnStore = ctx.extras["turns"]
+        if turns.abandoned_at_open:  # killed mid-turn last time: those messages wait to run again
+            requeued = await requeue_abandoned(ctx.coord, turns.abandoned_at_open)
+            _log.info("messages_requeued", count=requeued, abandoned=len(turns.abandoned_at_open))
+            turns.abandoned_at_open = []
         await board().start()  # pulls the fleet's benches once now, then every 15 s (FL-121)
         dispatcher = Dispatcher(ctx, bus, engine, turns, mcp=pool, budgets=budgets())
 

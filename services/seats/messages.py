@@ -28,6 +28,7 @@ __all__ = [
     "now_iso",
     "owes_reply",
     "reply_of",
+    "requeue_abandoned",
     "set_message",
 ]
 
@@ -128,6 +129,52 @@ async def set_message(
             _log.warning("message_status_unknown", message_id=message_id, error=str(e))
             return
     _log.warning("message_status_contended", message_id=message_id)
+
+
+async def requeue_abandoned(coord: Coordination | None, abandoned: list[tuple[str, str]]) -> int:
+    """Set API messages whose turn this node abandoned back to ``queued`` (CO-8).
+
+    A node killed mid-turn leaves the message ``running`` under a turn its restart marks
+    ``abandoned`` (:class:`shared.records.TurnStore`), while the delivery waits for its redelivery
+    (FL-83: up to the ack wait). ``GET /messages/{id}`` said ``running`` that whole time (issue 17).
+    A record is changed only while it still says ``running`` under that turn (compare-and-set: a
+    successor that already answered it wins).
+
+    Args:
+        coord: The coordination store (None: nothing to do).
+        abandoned: ``(turn_id, message_id)`` pairs.
+
+    Returns:
+        How many records were set back to ``queued``; a store that cannot answer is logged
+        ``message_status_unknown`` and skipped, never raised.
+    """
+    done = 0
+    for turn_id, message_id in abandoned if coord is not None else ():
+        assert coord is not None
+        for _ in range(5):
+            try:
+                entry = await coord.get("messages", message_id)
+                if entry is None:
+                    break
+                record = json.loads(entry.value)
+                if record.get("status") != "running" or record.get("turn_id") != turn_id:
+                    break
+                record.update(
+                    status="queued",
+                    error=f"its turn {turn_id} was abandoned: the node stopped during it; "
+                    "it runs again when its delivery comes back",
+                )
+                await coord.update(
+                    "messages", message_id, json.dumps(record).encode(), revision=entry.revision
+                )
+                done += 1
+                break
+            except RevisionConflict:
+                continue
+            except (CoordinationUnavailable, ValueError) as e:
+                _log.warning("message_status_unknown", message_id=message_id, error=str(e))
+                break
+    return done
 
 
 async def comment_replies(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import date
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -238,6 +239,11 @@ def _check_common(ctx: DecideCtx, args: dict[str, Any]) -> None:
     due = args.get("due")
     if due is not None and (not isinstance(due, str) or not re.fullmatch(r"\d{4}-\d{2}-\d{2}", due)):
         raise InvalidField("due", "must be a date YYYY-MM-DD")
+    if due is not None:  # decided here only (never re-checked at apply): a calendar date
+        try:
+            date.fromisoformat(due)
+        except ValueError:
+            raise InvalidField("due", f"{due!r} is not a calendar date") from None
 
 
 def _parent(conn: Connection, ref: Any, project_id: str) -> Task:

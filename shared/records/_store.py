@@ -71,6 +71,9 @@ class TurnStore:
     Attributes:
         on_finished: Called with each finished turn's result after its row is written (the node
             runner emits the ``turn.finished`` event there, ES-77/ES-78); a failure is swallowed.
+        abandoned_at_open: ``(turn_id, message_id)`` of every API message's turn this open found
+            still running and marked ``abandoned`` (a previous incarnation died mid-turn): the
+            seats role sets those messages back to ``queued`` (:func:`services.seats.messages.requeue_abandoned`).
     """
 
     def __init__(self, path: Path, *, node: str) -> None:
@@ -86,6 +89,12 @@ class TurnStore:
             self._db.executescript(_SCHEMA)
             # a turn still "running" in the file belongs to a previous incarnation of this node that
             # died mid-turn; its delivery is redelivered (and worked again) elsewhere
+            self.abandoned_at_open = [
+                (str(r["turn_id"]), str(r["message_id"]))
+                for r in self._db.execute(
+                    "SELECT turn_id, message_id FROM turns WHERE outcome = 'running' AND message_id IS NOT NULL"
+                )
+            ]
             self._db.execute(
                 "UPDATE turns SET outcome = 'abandoned', error = 'the node stopped during the turn' "
                 "WHERE outcome = 'running'"

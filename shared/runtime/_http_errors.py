@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import iter_route_contexts
@@ -319,9 +319,64 @@ def _anonymous(request: Request, tokens: tuple[str, ...]) -> bool:
     return not any(hmac.compare_digest(t.encode(), presented) for t in tokens)
 
 
+_QUERY_NAMES: dict[int, frozenset[str]] = {}
+
+
+def _query_names(dependant: Any) -> frozenset[str]:
+    """Every query parameter name (alias) ``dependant`` and its sub-dependencies declare."""
+    names = {str(getattr(f, "alias", None) or f.name) for f in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return frozenset(names)
+
+
+async def refuse_unknown_query(request: Request) -> None:
+    """Refuse a query parameter the route does not declare: 400 ``invalid_request`` naming it.
+
+    Every route answers the same way (installed as an app-wide dependency by
+    :func:`install_error_handlers`). Before this, ``GET /work?stauts=done`` listed every item as if
+    no filter had been asked for (issue 17's tryout): a misspelt filter now reads as one. The
+    detail is the validation shape, ``[{"path": "query.<name>", "type": "extra_forbidden",
+    "message"}]``, the message listing what the route takes.
+
+    Raises:
+        HTTPException: 400 for an undeclared parameter.
+    """
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return
+    known = _QUERY_NAMES.get(id(route))
+    if known is None:
+        known = _QUERY_NAMES[id(route)] = _query_names(dependant)
+    unknown = sorted({k for k in request.query_params if k not in known})
+    if unknown:
+        takes = ", ".join(sorted(known)) or "no query parameters"
+        where = f"{request.method} {getattr(route, 'path', request.url.path)}"
+        raise HTTPException(
+            400,
+            {
+                "error": "invalid_request",
+                "detail": [
+                    {
+                        "path": f"query.{name}",
+                        "type": "extra_forbidden",
+                        "message": f"{name!r} is not a parameter of {where}; it takes {takes}",
+                    }
+                    for name in unknown
+                ],
+                "field": f"query.{unknown[0]}",
+            },
+        )
+
+
 def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = None) -> None:
-    """Install the JSON error renderers, the body cap, the text check of JSON bodies and the OpenAPI
-    writer (:func:`_document_refusals`: the document names the refusals really sent) on ``app``.
+    """Install the JSON error renderers, the body cap, the text check of JSON bodies, the refusal of
+    undeclared query parameters (:func:`refuse_unknown_query`, for routes included after this call)
+    and the OpenAPI writer (:func:`_document_refusals`: the document names the refusals really
+    sent) on ``app``.
 
     Args:
         app: The node's app.
@@ -331,6 +386,8 @@ def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = Non
             without a valid bearer token, else 404. So a node without ``ingress`` answers
             ``POST /config`` 401 and ``GET /agents`` 404, as an ingress node's guard would.
     """
+
+    app.router.dependencies.append(Depends(refuse_unknown_query))
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)

@@ -219,6 +219,8 @@ async def test_labels_url_and_reopened_round_trip(inproc: Start) -> None:
         ("work.update", {"labels": ["ok", "bad\n"]}, "labels"),
         ("work.update", {"url": "javascript:alert(1)"}, "url"),
         ("work.update", {"status": "re-opened"}, "status"),
+        ("work.update", {"due": "2026-02-30"}, "due"),  # the shape of a date, not a calendar date
+        ("work.update", {"due": "2026-13-01"}, "due"),
         ("work.list", {"external": "has space"}, "external"),
     ],
 )
@@ -323,6 +325,19 @@ def test_rest_links_an_item_and_finds_it_by_basis(start_node: Callable[..., Any]
     assert r.status_code == 400 and r.json()["detail"]["field"] == "labels", r.text
     r = node.get("/work?external=github:186853002%239")
     assert r.status_code == 200 and r.json()["count"] == 0, r.text
+    # a boolean is no version and no string is a boolean (a new user's if_match: true was version 1)
+    for patch, field in (({"if_match": True, "title": "t"}, "if_match"), ({"watch": "yes"}, "watch")):
+        r = httpx.patch(node.url + f"/work/{key}", json=patch, headers=auth)
+        assert r.status_code == 400 and field in r.text, (patch, r.text)
+    r = httpx.patch(node.url + f"/work/{key}", json={"due": "2026-02-29"}, headers=auth)
+    assert r.status_code == 400 and r.json()["detail"]["field"] == "due", r.text
+    r = httpx.patch(node.url + f"/work/{key}", json={"due": "2028-02-29"}, headers=auth)
+    assert r.status_code == 200, r.text
+    # a retention gesture names the keys it does not take (a misspelt force must not pass unforced)
+    r = httpx.post(
+        node.url + "/retention/evict", json={"node": "x", "confirm": "x", "forse": True}, headers=auth
+    )
+    assert r.status_code == 422 and "forse" in r.text, r.text
 
 
 class _RouterTools:

@@ -227,6 +227,25 @@ def test_every_integer_past_its_bound_is_refused_naming_it(node: Node) -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def test_an_undeclared_query_parameter_is_refused_naming_it(node: Node) -> None:
+    """Every documented read refuses a query parameter it does not declare (``?stauts=done`` used to
+    list every item, as if no filter had been asked for): 400 naming ``query.<name>`` and what the
+    route takes; a declared one still works."""
+    doc, wrong = _doc(node), []
+    with httpx.Client(base_url=node.url, headers=AUTH, timeout=30) as client:
+        gets = [(m, p) for m, p, _ in _operations(doc) if m == "GET" and _included(m, p)]
+        for method, path in gets:
+            r = client.request(method, _concrete(path), params={"stauts": "done"})
+            if r.status_code != 400 or r.json().get("field") != "query.stauts":
+                wrong.append(f"{method} {path}?stauts=done: {r.status_code} {r.text[:200]}")
+        r = client.get("/work", params={"status": "done", "limit": 5})
+        assert r.status_code == 200, r.text
+        r = client.get("/work", params={"stauts": "done"})
+        assert "status" in r.json()["detail"][0]["message"], r.text  # it names what the route takes
+    assert len(gets) >= 20, gets
+    assert not wrong, "\n".join(wrong)
+
+
 def test_a_lone_surrogate_in_any_body_string_is_refused_before_anything_is_written(node: Node) -> None:
     """``"\\ud800"`` in any string field of any JSON body (``op_id``, ``title``, ``body``, a label) answers
     400 naming the field; the tracker holds no item from the refused writes."""

@@ -15,8 +15,8 @@ per counted log (see :mod:`shared.estate._evict`). Answers:
 - 200 ``{"gesture", "action", "node", "forced_unjudged", "logs": [{"log", "outcome", ...}]}``;
 - 409 with ``code`` ``self_evict`` (a node never evicts itself: ask another data node) / ``node_live`` / ``below_floor`` (with the position, floor, first_seq,
   generation) / ``leases_unreadable``;
-- 422 for a bad node id, a ``confirm`` that does not repeat it, or an ``op_id`` the engine did not
-  mint (``op_id_invalid``);
+- 422 for a bad node id, a ``confirm`` that does not repeat it, an ``op_id`` the engine did not
+  mint (``op_id_invalid``), or a key the body does not take (named);
 - 503 when this node's estate is not open.
 """
 
@@ -36,6 +36,8 @@ from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = ["router"]
 
+_GESTURE_KEYS = frozenset({"node", "confirm", "force", "op_id"})
+"""The keys an evict/readmit body may hold (any other is refused, naming it)."""
 _STATUS = {"node_live": 409, "below_floor": 409, "leases_unreadable": 409, "self_evict": 409}
 
 
@@ -47,6 +49,14 @@ def router(ctx: NodeContext) -> APIRouter:
         est = ctx.extras.get("estate")
         if est is None:
             raise api_error(503, "estate unavailable", "this node's estate copy is not open")
+        unknown = sorted(str(k) for k in body if k not in _GESTURE_KEYS)
+        if unknown:  # a misspelt "force" must not evict unforced, nor "confirm" read as missing
+            raise api_error(
+                422,
+                "invalid",
+                f"unknown key(s) {', '.join(unknown)}; the body takes {', '.join(sorted(_GESTURE_KEYS))}",
+                field=unknown[0],
+            )
         node = body.get("node")
         confirm = body.get("confirm", "")
         force = body.get("force", False)

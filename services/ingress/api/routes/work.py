@@ -108,14 +108,15 @@ class WorkUpdate(BaseModel):
     """``PATCH /work/{key}``: ``update_work_item`` (CO-24); absent fields are unchanged."""
 
     model_config = ConfigDict(extra="forbid")
-    if_match: int | None = Field(default=None, ge=0, le=MAX_VERSION)
+    # strict: ``true`` is not version 1, "3" is not 3 (a new user's if_match: true was taken as 1)
+    if_match: int | None = Field(default=None, ge=0, le=MAX_VERSION, strict=True)
     title: str | None = None
     body: str | None = None
     status: str | None = None
     priority: str | None = None
     assignee: str | None = None
     parent: str | None = None
-    watch: bool | None = None
+    watch: bool | None = Field(default=None, strict=True)
     due: str | None = None
     type: str | None = None
     labels: list[str] | None = None
