@@ -59,7 +59,7 @@ e2e: e2e-deps ## Checks that need Debian packages: a real Prometheus and a headl
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=20 tests/e2e $(ARGS)
 
 .PHONY: chaos
-chaos: install ## Seeded fault run on a real 3-node fleet with invariants (ARGS="--rounds N --seed S --minutes M"; default 3 rounds)
+chaos: install ## Seeded fault run on a real fleet (3 members, 3 nodes, a satellite) with invariants (ARGS="--rounds N --seed S --minutes M"; default 3 rounds)
 	@ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing the Debian package libfaketime (the clock-skew faults)"; \

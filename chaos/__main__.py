@@ -1,5 +1,6 @@
 """``python -m chaos [--rounds N] [--seed S] [--minutes M] [--out FILE] [--only-round K] [--faults a,b]
-[--node-env KEY=VALUE]... [--keep] [--quiet-timeout S] [--fail-fast]``: the seeded fault run (``make chaos ARGS=...``).
+[--node-env KEY=VALUE]... [--keep] [--quiet-timeout S] [--fail-fast] [--satellites N]``: the seeded fault run
+(``make chaos ARGS=...``).
 
 Prints each round's invariant table, then ``rounds R, faults F, violations V``; writes the JSON
 document to ``--out`` (default ``chaos/results/seed-<S>.json``).
@@ -25,7 +26,10 @@ from ._schedule import FAULTS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
-app = typer.Typer(add_completion=False, help="A seeded, rerunnable fault run against a real 3-node fleet.")
+app = typer.Typer(
+    add_completion=False,
+    help="A seeded, rerunnable fault run against a real fleet: three nodes with every role, plus satellites.",
+)
 
 
 def _usage(message: str) -> typer.Exit:
@@ -55,6 +59,13 @@ def main(
         float, typer.Option(help="Seconds each quiet-phase wait may take (the final check: twice).")
     ] = 60.0,
     fail_fast: Annotated[bool, typer.Option(help="Stop after the first round with a violation.")] = False,
+    satellites: Annotated[
+        int,
+        typer.Option(
+            help="Seats-only satellite nodes (FL-144: no data, no ingress) beside the three; "
+            "node faults may pick one, the workload never sends to one (0: none)."
+        ),
+    ] = 1,
 ) -> None:
     """Run the rounds; exit 1 on any violation."""
     if rounds < 1:
@@ -65,6 +76,8 @@ def main(
         raise _usage("--quiet-timeout must be positive")
     if minutes < 0:
         raise _usage("--minutes must not be negative")
+    if satellites < 0:
+        raise _usage("--satellites must not be negative")
     menu = tuple(f.strip() for f in faults.split(",") if f.strip()) or FAULTS
     unknown = [f for f in menu if f not in FAULTS]
     if unknown:
@@ -97,8 +110,9 @@ def main(
         keep=keep,
         quiet_timeout=quiet_timeout,
         fail_fast=fail_fast,
+        satellites=satellites,
     )
-    console.print(f"chaos: seed {seed}, faults {', '.join(menu)}")
+    console.print(f"chaos: seed {seed}, faults {', '.join(menu)}, satellites {satellites}")
     try:
         result = run(opts, menu, console)
     except AssertionError as e:

@@ -242,7 +242,7 @@ class Nemesis:
     def _drain(self, run: FaultRun) -> None:
         name = run.fault.victim
         held = self.fleet.held().get(name, [])
-        peers = [n for n in self.fleet.live() if n != name]
+        peers = [n for n in self.fleet.live() if n != name and n in self.fleet.names]  # with ingress
         run.injected_at = time.time()
         if held and peers:
             seat = held[0]

@@ -1,8 +1,9 @@
 """What the run reads from the fleet: lease owners over time, the history, each data node's copy.
 
-- :class:`OwnerMonitor` samples the lease bucket (``GET /fleet`` on the first node that answers)
-  every half second, so "unowned for how long" and "re-owned how soon" are measured, not guessed.
-- :class:`LogHistory` reads every incarnation's JSON log incrementally into one
+- :class:`OwnerMonitor` samples the lease bucket (``GET /fleet`` on the first node with ingress
+  that answers) every half second, so "unowned for how long" and "re-owned how soon" are
+  measured, not guessed.
+- :class:`LogHistory` reads every incarnation's JSON log (satellites' too) incrementally into one
   :class:`~tests.support.history.History`, shifting the timestamps of an incarnation that ran under
   a skewed clock back onto the true one (the checker compares wall times across processes).
 - :func:`copies` and :func:`present` ask each data node's own estate copy over the router's RPC
@@ -56,7 +57,9 @@ class OwnerMonitor:
     def _loop(self) -> None:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         while not self._stop.wait(self.every):
-            for node in list(self.fleet.live().values()):
+            for name, node in list(self.fleet.live().items()):
+                if name not in self.fleet.names:  # a satellite has no ingress: no /fleet
+                    continue
                 try:
                     r = httpx.get(node.url + "/fleet", headers=headers, timeout=2.0)
                     if r.status_code != 200:

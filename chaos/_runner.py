@@ -42,7 +42,7 @@ from ._observe import LogHistory, OwnerMonitor, commits_and_acks, copies, presen
 from ._schedule import Fault, schedule_round
 from ._workload import Workload
 
-__all__ = ["Options", "RunResult", "run"]
+__all__ = ["Options", "RunResult", "run", "satellite_names"]
 
 WARM = 2.0
 """Seconds of workload before a round's first fault."""
@@ -66,14 +66,28 @@ class Options:
     keep: bool = False
     quiet_timeout: float = 60.0
     fail_fast: bool = False
+    satellites: int = 1
 
     def rerun(self, round_no: int) -> str:
         """The command that runs round ``round_no`` of this seed alone, with the same options."""
         args = [f"--seed {self.seed}", f"--only-round {round_no}"]
         if self.faults:
             args.append(f"--faults {','.join(self.faults)}")
+        if self.satellites != 1:  # the fleet's size changes which node each fault picks
+            args.append(f"--satellites {self.satellites}")
         args += [f"--node-env {k}={v}" for k, v in sorted(self.node_env.items())]
         return f'make chaos ARGS="{" ".join(args)}"'
+
+
+def satellite_names(n: int) -> tuple[str, ...]:
+    """The ids of ``n`` satellites: ``("s",)`` for one, ``("s1", "s2", ...)`` for more, ``()`` for none.
+
+    Raises:
+        ValueError: ``n`` is negative.
+    """
+    if n < 0:
+        raise ValueError(f"satellites: {n} is negative")
+    return ("s",) if n == 1 else tuple(f"s{i}" for i in range(1, n + 1))
 
 
 @dataclass
@@ -97,6 +111,7 @@ def run(opts: Options, menu: tuple[str, ...], console: Console) -> RunResult:
         "seed": opts.seed,
         "menu": list(menu),
         "node_env": opts.node_env,
+        "satellites": list(satellite_names(opts.satellites)),
         "ttl_seconds": TTL,
         "sweep_seconds": SWEEP,
         "schedule": {},
@@ -105,12 +120,13 @@ def run(opts: Options, menu: tuple[str, ...], console: Console) -> RunResult:
         "scratch": str(scratch),
     }
     violations = 0
-    fleet = Fleet(scratch)
+    fleet = Fleet(scratch, satellites=satellite_names(opts.satellites))
     workload = monitor = None
     nemesis: Nemesis | None = None
     try:
         fleet.llm.tool_seats.update(("qa", "pm"))
-        for name in fleet.names:
+        nodes = (*fleet.names, *fleet.satellites)  # a node fault may hit a satellite like any node
+        for name in nodes:
             fleet.env[name] = dict(opts.node_env)
         t0 = time.monotonic()
         fleet.boot(timeout=180)
@@ -133,7 +149,7 @@ def run(opts: Options, menu: tuple[str, ...], console: Console) -> RunResult:
                 doc["stopped_early"] = f"the {opts.minutes:g}-minute budget ran out before round {k}"
                 console.print(f"[yellow]{doc['stopped_early']}[/yellow]")
                 break
-            faults = schedule_round(opts.seed, k, menu, fleet.names)
+            faults = schedule_round(opts.seed, k, menu, nodes)
             doc["schedule"][str(k)] = [f.describe() for f in faults]
             r0 = time.monotonic()
             found = _round(k, faults, fleet, workload, monitor, nemesis, history, state, console, opts)
@@ -291,7 +307,7 @@ def _quiet_and_check(
     ].note = f"{len(accepted)} accepted, {len(pending)} pending"
     for c in checks.values():
         state.seen.update(c.violations)
-    # 7, 8: the estate copies, once at one position
+    # 7, 8: the estate copies, once at one position (the data nodes': a satellite keeps none)
     names = tuple(fleet.names)
     level, digests = _level(fleet, names, timeout)
     quiet["positions"] = {n: c["position"] for n, c in digests.items()}
@@ -328,9 +344,11 @@ def _quiet_and_check(
 
 
 def owned_once(fleet: Fleet) -> str:
-    """ "" when every seat is owned exactly once by the live nodes, and the lease bucket agrees with
-    what they hold (:meth:`Fleet.converged` without the fair-share condition: a rebalance may still
-    be under way, which the next round's load runs beside). Else what is not yet true."""
+    """ "" when every seat is owned exactly once by the live nodes (satellites included), and the
+    lease bucket agrees with what they hold (:meth:`Fleet.converged` without the fair-share
+    condition: a rebalance may still be under way, which the next round's load runs beside; and
+    with a satellite beside three members the share is ``ceil(9 / 4) = 3``, so a satellite that
+    came up last may rightly hold nothing). Else what is not yet true."""
     held = fleet.held()
     owners = fleet.owners()
     claimed = sorted(s for seats in held.values() for s in seats)
@@ -383,7 +401,9 @@ def _items(fleet: Fleet) -> list[dict[str, Any]] | str:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     error = ""
     for _ in range(5):
-        for node in fleet.live().values():
+        for name, node in fleet.live().items():
+            if name not in fleet.names:  # a satellite has no ingress: no /work
+                continue
             items: list[dict[str, Any]] = []
             try:
                 while True:

@@ -1,10 +1,11 @@
 """The steady workload: signed GitHub deliveries, API messages, tracker writes, page writes.
 
 One scheduler thread submits an operation every ``1 / rate`` seconds to a small pool (so one answer
-held up by a stopped node does not slow the rate), through a live node chosen at random. Every
-answer is recorded as an :class:`Op`: ``accepted`` (the write or trigger was acknowledged),
-``refused`` (a definite no: 4xx, 503 with a reason, the connection refused), or ``unknown`` (the
-request was sent and no definite answer came back: a timeout, a reset, a 5xx saying so).
+held up by a stopped node does not slow the rate), through a live node with ingress chosen at random
+(never a satellite: it serves only probes and ``/metrics``, FL-144). Every answer is recorded as an
+:class:`Op`: ``accepted`` (the write or trigger was acknowledged), ``refused`` (a definite no: 4xx,
+503 with a reason, the connection refused), or ``unknown`` (the request was sent and no definite
+answer came back: a timeout, a reset, a 5xx saying so).
 
 - **webhook**: a real delivery from ``shared/data/github-webhooks`` as it is, ``POST /webhooks/github``
   signed with the fleet's secret, a new ``X-GitHub-Delivery`` id — or, one time in four, the id and
@@ -138,7 +139,8 @@ class Workload:
     # -- one operation -----------------------------------------------------------------------
 
     def _via(self) -> str | None:
-        live = sorted(n for n in self.fleet.live() if n not in self.avoid)
+        """A live node with ingress (never a satellite: it serves only probes), not being restarted."""
+        live = sorted(n for n in self.fleet.live() if n in self.fleet.names and n not in self.avoid)
         return self.rng.choice(live) if live else None
 
     def _one(self, kind: str, seat: str, replay: bool) -> None:

@@ -28,8 +28,8 @@ from chaos._invariants import (
     unowned_violations,
 )
 from chaos._observe import commits_and_acks
-from chaos._runner import Options
-from chaos._schedule import BROKER_FAULTS, FAULTS, schedule_round
+from chaos._runner import Options, satellite_names
+from chaos._schedule import BROKER_FAULTS, FAULTS, NODE_FAULTS, schedule_round
 from tests.fleet.test_history import handover, history, line
 from tests.support.procs import REPO
 
@@ -147,6 +147,24 @@ def test_the_schedule_is_a_function_of_the_seed_and_the_round() -> None:
     assert (
         Options(seed=4, faults=("kill",)).rerun(2)
         == 'make chaos ARGS="--seed 4 --only-round 2 --faults kill"'
+    )
+
+
+def test_a_satellite_is_a_victim_like_any_node_and_its_count_is_part_of_the_rerun() -> None:
+    assert satellite_names(1) == ("s",) and satellite_names(0) == ()
+    assert satellite_names(2) == ("s1", "s2")
+    with pytest.raises(ValueError, match="negative"):
+        satellite_names(-1)
+    nodes = ("a", "b", "c", *satellite_names(1))
+    rounds = [schedule_round(7, k, FAULTS, nodes) for k in range(1, 60)]
+    hit = {f.kind for faults in rounds for f in faults if f.victim == "s"}
+    assert hit and hit <= set(NODE_FAULTS)  # broker faults name no node
+    for faults in rounds:
+        victims = [f.victim for f in faults if f.victim]
+        assert len(victims) == len(set(victims))
+    assert Options(seed=4).rerun(2) == 'make chaos ARGS="--seed 4 --only-round 2"'  # the default: 1
+    assert (
+        Options(seed=4, satellites=0).rerun(2) == 'make chaos ARGS="--seed 4 --only-round 2 --satellites 0"'
     )
 
 

@@ -4,7 +4,9 @@
 :class:`~tests.fleet.proxy.NatsProxy` per node in front of it (each preferring another member), a
 scripted model (:class:`~tests.fleet.llm.FleetLLM`), and crewlet node processes on loopback with a
 short test TTL: ``stream: {type: nats, url: <the node's proxy>, replicas: 3, ack_wait_seconds: 5}``,
-``coordination: {type: embedded-kv, lease_ttl_seconds: 3}``, ``logging: {level: debug}``. The company
+``coordination: {type: embedded-kv, lease_ttl_seconds: 3}``, ``logging: {level: debug}``. Nodes are
+members (every role) or, when asked for, satellites (FL-144: ``roles: [seats]``, a scratch store, a
+plain client of the same cluster through their own proxy; no data, no ingress). The company
 is the example company grown to nine agent seats, every seat on the scripted model (the example's
 offline provider is kept beside it with its script path made absolute), with the GitHub webhook
 secret set in every node's environment.
@@ -105,12 +107,22 @@ class Fleet:
 
     Args:
         root: Directory for everything (cluster stores, node stores, logs).
-        names: The node ids.
+        names: The ids of the nodes with every role (data, ingress, seats, workers).
+        satellites: The ids of seats-only nodes on a scratch store (FL-144; default none). They are
+            in :attr:`nodes`, :attr:`proxies`, :meth:`live` and :meth:`held` like any node, but
+            :attr:`names` stays the nodes with data and ingress, and :meth:`api` never picks one.
+
+    Raises:
+        Exception: whatever starting the cluster or writing a node file raised (every process
+            started so far is stopped first).
     """
 
-    def __init__(self, root: Path, names: tuple[str, ...] = ("a", "b", "c")) -> None:
+    def __init__(
+        self, root: Path, names: tuple[str, ...] = ("a", "b", "c"), satellites: tuple[str, ...] = ()
+    ) -> None:
         self.root = root
         self.names = names
+        self.satellites = satellites
         self.llm = FleetLLM()
         self.cluster: NatsCluster | None = None
         self.proxies: dict[str, NatsProxy] = {}
@@ -126,14 +138,18 @@ class Fleet:
         try:
             self.cluster = NatsCluster(root / "cluster")  # retries a port taken meanwhile (P1)
             members = [("127.0.0.1", m.client_port) for m in self.cluster.members]
-            for i, name in enumerate(names):
+            for i, name in enumerate((*names, *satellites)):
                 # each node prefers another member first, so the cluster's load and faults spread
-                self.proxies[name] = NatsProxy(members[i:] + members[:i])
+                k = i % len(members)
+                self.proxies[name] = NatsProxy(members[k:] + members[:k])
                 port = free_port()
+                seats_only = name in satellites  # FL-144: no estate copy, a store wiped at every boot
                 self.files[name] = node_file(
                     root / name,
                     node_id=name,
                     port=port,
+                    node={"roles": ["seats"]} if seats_only else {},
+                    store={"scratch": True} if seats_only else {},
                     stream={
                         "type": "nats",
                         "url": self.proxies[name].url,
@@ -167,8 +183,8 @@ class Fleet:
         return node
 
     def boot(self, names: tuple[str, ...] | None = None, *, timeout: float = 90.0) -> list[str]:
-        """Start ``names`` (None: every node) at the same time, as an orchestrator does, and wait
-        until each answers ``/ready``.
+        """Start ``names`` (None: every node, satellites included) at the same time, as an
+        orchestrator does, and wait until each answers ``/ready``.
 
         A node that exits before it is ready is started once more, as an orchestrator's restart
         policy would (compose ``restart: unless-stopped``); on a fresh cluster a node booting beside
@@ -180,7 +196,7 @@ class Fleet:
         Raises:
             AssertionError: a node was not ready within ``timeout`` seconds, or exited twice.
         """
-        names = names or self.names
+        names = names or (*self.names, *self.satellites)
         for name in names:
             self.start(name)
         restarted = []
@@ -227,12 +243,17 @@ class Fleet:
     # -- what the fleet says -----------------------------------------------------------------
 
     def api(self, name: str | None = None) -> httpx.Client:
-        """An API client on node ``name`` (default: the first live one)."""
-        node = self.nodes[name] if name is not None else next(iter(self.live().values()))
+        """An API client on node ``name`` (default: the first live one with ingress, not a satellite).
+
+        Raises:
+            StopIteration: no name was given and no node with ingress is live.
+        """
+        live = self.live()
+        node = self.nodes[name] if name is not None else next(n for k, n in live.items() if k in self.names)
         return httpx.Client(base_url=node.url, headers=H, timeout=10.0)
 
     def view(self, name: str | None = None) -> dict[str, Any]:
-        """``GET /fleet`` on node ``name`` (default: the first live one)."""
+        """``GET /fleet`` on node ``name`` (default: the first live one with ingress)."""
         with self.api(name) as c:
             r = c.get("/fleet")
             assert r.status_code == 200, r.text
