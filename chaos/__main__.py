@@ -13,6 +13,7 @@ option is named).
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -37,6 +38,16 @@ def _usage(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+MAX_SATELLITES = 3
+"""The most satellites a run boots (each is a node process; a 2-core machine runs four nodes and
+three brokers already)."""
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    """SIGTERM reads as Ctrl-C: the run's ``finally`` stops every process it started."""
+    raise KeyboardInterrupt
+
+
 @app.command()
 def main(
     rounds: Annotated[int, typer.Option(help="Rounds to run (each: load, faults, heal, quiet, checks).")] = 3,
@@ -47,10 +58,12 @@ def main(
     out: Annotated[
         Path | None, typer.Option(help="The JSON file (default chaos/results/seed-<S>.json).")
     ] = None,
-    only_round: Annotated[int, typer.Option(help="Run only this round of the seed's schedule.")] = 0,
+    only_round: Annotated[
+        int | None, typer.Option(help="Run only this round (from 1) of the seed's schedule.")
+    ] = None,
     faults: Annotated[
-        str, typer.Option(help=f"Comma-separated faults to choose from: {','.join(FAULTS)}.")
-    ] = "",
+        str | None, typer.Option(help=f"Comma-separated faults to choose from: {','.join(FAULTS)}.")
+    ] = None,
     node_env: Annotated[
         list[str] | None, typer.Option(help="KEY=VALUE added to every node's environment (repeatable).")
     ] = None,
@@ -67,18 +80,23 @@ def main(
         ),
     ] = 1,
 ) -> None:
-    """Run the rounds; exit 1 on any violation."""
+    """Run the rounds; exit 1 on any violation, 2 on bad options, 130 when interrupted (SIGINT or
+    SIGTERM: every process the run started is stopped first)."""
+    signal.signal(signal.SIGTERM, _interrupted)  # a SIGTERM must not leave the fleet running
     if rounds < 1:
         raise _usage("--rounds must be at least 1")
-    if only_round < 0:
+    if only_round is not None and only_round < 1:
         raise _usage("--only-round must be a round number from 1")
     if quiet_timeout <= 0:
         raise _usage("--quiet-timeout must be positive")
     if minutes < 0:
         raise _usage("--minutes must not be negative")
-    if satellites < 0:
-        raise _usage("--satellites must not be negative")
-    menu = tuple(f.strip() for f in faults.split(",") if f.strip()) or FAULTS
+    if not 0 <= satellites <= MAX_SATELLITES:
+        raise _usage(f"--satellites must be from 0 to {MAX_SATELLITES}")
+    chosen = tuple(dict.fromkeys(f.strip() for f in (faults or "").split(",") if f.strip()))
+    if faults is not None and not chosen:
+        raise _usage(f"--faults: name at least one of {', '.join(FAULTS)}")
+    menu = chosen or FAULTS
     unknown = [f for f in menu if f not in FAULTS]
     if unknown:
         raise _usage(f"--faults: unknown {', '.join(unknown)}; choose from {', '.join(FAULTS)}")
@@ -104,8 +122,8 @@ def main(
         seed=seed,
         minutes=minutes,
         out=out,
-        only_round=only_round,
-        faults=tuple(f.strip() for f in faults.split(",") if f.strip()),
+        only_round=only_round or 0,
+        faults=chosen,
         node_env=env,
         keep=keep,
         quiet_timeout=quiet_timeout,

@@ -167,7 +167,6 @@ def service(ctx: NodeContext) -> RoleService:
         if turns.abandoned_at_open:  # killed mid-turn last time: those messages wait to run again
             requeued = await requeue_abandoned(ctx.coord, turns.abandoned_at_open)
             _log.info("messages_requeued", count=requeued, abandoned=len(turns.abandoned_at_open))
-            turns.abandoned_at_open = []
         await board().start()  # pulls the fleet's benches once now, then every 15 s (FL-121)
         dispatcher = Dispatcher(ctx, bus, engine, turns, mcp=pool, budgets=budgets())
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from shared import estate, logs
 from shared.coordination import Coordination, CoordinationUnavailable, RevisionConflict
+from shared.records import abandoned_note
 from shared.router import RouterError, SeatCalls, open_router
 from shared.runtime import NodeContext
 from shared.turns import Trigger, TurnResult
@@ -159,11 +160,7 @@ async def requeue_abandoned(coord: Coordination | None, abandoned: list[tuple[st
                 record = json.loads(entry.value)
                 if record.get("status") != "running" or record.get("turn_id") != turn_id:
                     break
-                record.update(
-                    status="queued",
-                    error=f"its turn {turn_id} was abandoned: the node stopped during it; "
-                    "it runs again when its delivery comes back",
-                )
+                record.update(status="queued", error=abandoned_note(turn_id))
                 await coord.update(
                     "messages", message_id, json.dumps(record).encode(), revision=entry.revision
                 )

@@ -61,6 +61,15 @@ CREATE INDEX IF NOT EXISTS turns_started ON turns(started_at);
 _FILTERS = ("seat", "work_item", "work_key", "outcome")
 
 
+def abandoned_note(turn_id: str) -> str:
+    """The ``error`` an API message shows while its turn is abandoned and its delivery waits to come
+    back (the node running it was killed; its restart marked the turn ``abandoned``)."""
+    return (
+        f"its turn {turn_id} was abandoned: the node stopped during it; it runs again when its "
+        "delivery comes back (after stream.ack_wait_seconds)"
+    )
+
+
 class TurnStore:
     """Turn records in ``node.db`` (CO-20).
 
@@ -73,7 +82,8 @@ class TurnStore:
             runner emits the ``turn.finished`` event there, ES-77/ES-78); a failure is swallowed.
         abandoned_at_open: ``(turn_id, message_id)`` of every API message's turn this open found
             still running and marked ``abandoned`` (a previous incarnation died mid-turn): the
-            seats role sets those messages back to ``queued`` (:func:`services.seats.messages.requeue_abandoned`).
+            seats role sets those messages back to ``queued`` (:func:`services.seats.messages.requeue_abandoned`),
+            and ``GET /messages/{id}`` reads such a turn's message as ``queued`` until then.
     """
 
     def __init__(self, path: Path, *, node: str) -> None:

@@ -104,11 +104,16 @@ def test_a_message_killed_mid_turn_reads_queued_then_answered(
         assert first.wait(10) == -signal.SIGKILL
         llm.add("triage", _submit("Nothing is open on SUP."))
         second = start_node(*argv, name="second", port=port, env=ENV)
-        second.wait_ready()
-        status = second.get(f"/messages/{message_id}").json()
-        assert status["status"] in ("queued", "answered"), status  # never running under the dead turn
-        if status["status"] == "queued":
-            assert running["turn_id"] in status["error"], status
+        seen = []  # from the first answer on, before the seats role starts too (the tryout saw a gap)
+        while len(seen) < 40 and second.popen.poll() is None:
+            try:
+                r = second.get(f"/messages/{message_id}", timeout=2)
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                seen.append((r.json()["status"], r.json()["turn_id"], r.json().get("error") or ""))
+        assert seen and all(s != "running" or t != running["turn_id"] for s, t, _ in seen), seen
+        assert all(running["turn_id"] in e for s, _, e in seen if s == "queued"), seen
         answered = wait_for(
             "the message answered",
             lambda: (s := second.get(f"/messages/{message_id}").json())["status"] == "answered" and s,

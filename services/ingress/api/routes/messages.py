@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared import estate
 from shared.coordination import CoordinationUnavailable
+from shared.records import TurnStore, abandoned_note
 from shared.router import RouterError, open_router
 from shared.runtime import NodeContext, api_error, require_grant
 
@@ -137,6 +138,12 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         if entry is None:
             raise api_error(404, "unknown_message", f"message_id: no message {message_id!r} (kept 7 days)")
         data: dict[str, Any] = json.loads(entry.value)
+        turns = ctx.extras.get("turns")
+        if data.get("status") == "running" and isinstance(turns, TurnStore):
+            # this node was killed during the message's turn and has just restarted: the seats
+            # role sets the record back to queued once it starts; until then say so here too
+            if any(data.get("turn_id") == t for t, _ in turns.abandoned_at_open):
+                data = {**data, "status": "queued", "error": abandoned_note(str(data["turn_id"]))}
         return data
 
     return r

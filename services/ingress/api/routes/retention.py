@@ -97,6 +97,14 @@ def router(ctx: NodeContext) -> APIRouter:
         est = ctx.extras.get("estate")
         if est is None or ctx.coord is None:
             raise api_error(503, "estate unavailable", "this node's estate copy or coordination is not open")
+        unknown = sorted(str(k) for k in body if k not in ("stream", "position"))
+        if unknown:
+            raise api_error(
+                422,
+                "invalid",
+                f"unknown key(s) {', '.join(unknown)}; the body takes position, stream",
+                field=unknown[0],
+            )
         stream, position = body.get("stream"), body.get("position")
         domains = {STREAMS[d]: d for d in DOMAINS}
         if not isinstance(stream, str) or stream not in domains:
