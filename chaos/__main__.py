@@ -44,7 +44,11 @@ three brokers already)."""
 
 
 def _interrupted(signum: int, frame: object) -> None:
-    """SIGTERM reads as Ctrl-C: the run's ``finally`` stops every process it started."""
+    """SIGTERM (or SIGINT) reads as Ctrl-C once: the run's ``finally`` stops every process it
+    started, and a second signal (``timeout`` signals the child and then its process group) must
+    not cut that cleanup short, so both are ignored from here on."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -83,6 +87,7 @@ def main(
     """Run the rounds; exit 1 on any violation, 2 on bad options, 130 when interrupted (SIGINT or
     SIGTERM: every process the run started is stopped first)."""
     signal.signal(signal.SIGTERM, _interrupted)  # a SIGTERM must not leave the fleet running
+    signal.signal(signal.SIGINT, _interrupted)
     if rounds < 1:
         raise _usage("--rounds must be at least 1")
     if only_round is not None and only_round < 1:

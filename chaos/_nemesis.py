@@ -140,6 +140,9 @@ class Nemesis:
         try:
             handler(run)
         except Exception as e:  # a fault that could not be injected or healed is reported, not hidden
+            if self.closing.is_set():  # interrupted: the run stops every process; nothing to heal
+                run.notes.append("interrupted")
+                return
             run.notes.append(f"nemesis error: {type(e).__name__}: {e}")
             self.console.print(f"[red]nemesis: {run.fault.describe()} failed: {e}[/red]")
             self._heal_all()
