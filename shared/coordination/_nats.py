@@ -151,6 +151,13 @@ class NatsCoordination(Coordination):
                 # written or deleted again since: the plain create decides
         try:
             return int(await kv.create(key, value))
+        except nats.js.errors.KeyNotFoundError:
+            # nats-py's create: the write expecting no message was refused (the key had one), then
+            # its read to tell a tombstone from a live key found nothing — a replica that has not
+            # applied a concurrent creator's write yet, or an age-out in between. Somebody's write
+            # was there: a conflict (the caller re-reads), never "unavailable". Seen in CI: two nodes
+            # booting at once both creating the activation pointer; the loser's boot failed.
+            raise RevisionConflict(key, 0) from None
         except Exception as e:  # noqa: BLE001
             raise self._translate(e, key, 0, write=True) from None
 
