@@ -63,7 +63,10 @@ _FILTERS = ("seat", "work_item", "work_key", "outcome")
 
 def abandoned_note(turn_id: str) -> str:
     """The ``error`` an API message shows while its turn is abandoned and its delivery waits to come
-    back (the node running it was killed; its restart marked the turn ``abandoned``)."""
+    back (the node running it was killed; its restart marked the turn ``abandoned``; CO-8).
+
+    Args:
+        turn_id: The abandoned turn's id. Returns one sentence naming it; raises nothing."""
     return (
         f"its turn {turn_id} was abandoned: the node stopped during it; it runs again when its "
         "delivery comes back (after stream.ack_wait_seconds)"

@@ -331,7 +331,7 @@ def _query_names(dependant: Any) -> frozenset[str]:
 
 
 async def refuse_unknown_query(request: Request) -> None:
-    """Refuse a query parameter the route does not declare: 400 ``invalid_request`` naming it.
+    """Refuse a query parameter the route does not declare: 400 ``invalid_request`` naming it (CO-27).
 
     Every route answers the same way (installed as an app-wide dependency by
     :func:`install_error_handlers`). Before this, ``GET /work?stauts=done`` listed every item as if
