@@ -38,7 +38,7 @@ import nats
 from nats.aio.client import Client
 
 from shared import estate
-from shared.estate._decide import derived_id
+from shared.estate.log import derived_id
 
 from ._ctx import Ctx
 from ._env import PROJECT, nats_server

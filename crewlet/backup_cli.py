@@ -41,7 +41,7 @@ from typing import Annotated, Any, NoReturn
 import httpx
 import typer
 
-from shared.estate._backup import (
+from shared.estate.life._backup import (
     FORMAT,
     MANIFEST,
     NODE_FILE,

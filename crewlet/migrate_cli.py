@@ -64,8 +64,11 @@ def _reference(kind: str) -> sqlite3.Connection:
     raw = sqlite3.connect(":memory:", check_same_thread=False)
     engine = create_engine("sqlite://", creator=lambda: raw, poolclass=StaticPool)
     if kind == "estate":
-        from shared.estate._schema import FTS_DDL, EstateModel
-        from shared.estate._store import upgrade  # noqa: F401  (imports every table of the estate)
+        from shared.estate.domains import FTS_DDL
+        from shared.estate.store import (
+            EstateModel,
+            upgrade,  # noqa: F401  (imports every table of the estate)
+        )
 
         with engine.begin() as conn:
             EstateModel.metadata.create_all(conn)

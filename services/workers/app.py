@@ -42,7 +42,7 @@ from typing import Any
 from shared import channels, logs, records
 from shared.bus import Bus, BusUnavailable, Envelope
 from shared.estate._alarms import Alarms
-from shared.estate._gates import evicted_since, eviction_grace
+from shared.estate.log import evicted_since, eviction_grace
 from shared.leases import Duties
 from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
 

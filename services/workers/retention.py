@@ -4,7 +4,7 @@ One node holds the duty (lease ``worker:retention``, TTL 45 min) and ticks every
 ``retention.trim_tick`` (15 min). Per domain (``tracker`` and ``pages``; never ``vectors`` or
 ``usage``, which the broker bounds itself) a tick:
 
-1. reads the six terms (:mod:`shared.estate._trim`) and concludes the trim point;
+1. reads the six terms (:mod:`shared.estate.life._trim`) and concludes the trim point;
 2. publishes the floor FIRST to the ``trim_floors`` slot (key ``<domain>``, compare-and-set), the
    record of the plan's shape ``{domain, stream, generation, floor, first_seq, terms, blocked_by,
    trim_to, at, by}``. Within a generation the floor never moves down: a lower point keeps the old
@@ -39,8 +39,7 @@ from nats.js import JetStreamContext
 from shared import logs
 from shared.coordination import Coordination, CoordinationUnavailable, OutcomeUnknown, RevisionConflict
 from shared.estate._alarms import Alarms
-from shared.estate._ids import GENERATION, STREAMS
-from shared.estate._trim import (
+from shared.estate.life._trim import (
     TrimConclusion,
     conclude,
     counted_positions,
@@ -50,6 +49,7 @@ from shared.estate._trim import (
     read_min_hold,
     snapshot_floor,
 )
+from shared.estate.log import GENERATION, STREAMS
 from shared.leases import live_data_nodes
 
 __all__ = [

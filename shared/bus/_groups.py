@@ -13,7 +13,7 @@ node an undeclared group (``fleet_group_undeclared``; it is joined nowhere).
 The other groups FL-86 names are not built here, so they are not declared: nothing consumes
 ``crewlet.notifications.inbound`` (webhooks wake seats through their mailboxes), there is no
 reflect group, and no wake feed reads the state logs (the trim's ``feed_ack_floor`` is ``n/a``,
-:mod:`shared.estate._trim`). A unit test holds this table against the code in both directions:
+:mod:`shared.estate.life._trim`). A unit test holds this table against the code in both directions:
 every :func:`attach_group` call names a declared group, every declared group is attached somewhere,
 and no other module creates a shared durable outside the per-seat and per-node ones.
 """

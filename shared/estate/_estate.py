@@ -18,24 +18,20 @@ from nats.js import JetStreamContext
 
 from shared import logs
 
-from ._applier import Applier
-from ._catchup import OFFER_WINDOW, CatchUp, SnapshotDonor
-from ._decide import Rules
-from ._ids import DOMAINS
-from ._log import StateLog
-from ._pages import apply_pages
-from ._positions import PositionBeat
 from ._seed import company_seed
 from ._service import EstateService
-from ._snapshot import RETRY_AFTER, SnapshotKeeper
-from ._store import EstateStore
-from ._tracker_apply import apply_tracker
+from .domains import LOGS, REGISTERED, apply_for
+from .life._catchup import OFFER_WINDOW, CatchUp, SnapshotDonor
+from .life._snapshot import RETRY_AFTER, SnapshotKeeper
+from .log._applier import Applier
+from .log._decide import Rules
+from .log._log import StateLog
+from .log._positions import PositionBeat
+from .store._store import EstateStore
 
 __all__ = ["Estate", "open_estate", "rules_from_company"]
 
 _log = logs.get("statelog")
-_APPLY = {"tracker": apply_tracker, "pages": apply_pages}
-_CORPUS = {"tracker": "work_items", "pages": "pages"}
 
 
 def rules_from_company(company: Any, org: Any) -> Rules:
@@ -180,37 +176,16 @@ async def open_estate(
     started = time.monotonic()
     store = await EstateStore.open(store_dir / "estate.db", wal_limit=wal_limit)
     store.start_checkpoints(checkpoint_interval)
-    appliers: dict[str, Applier] = {}
-    keeper: SnapshotKeeper | None = None
-    donor: SnapshotDonor | None = None
-    catchup: CatchUp | None = None
+    parts = _Parts()
     try:
         log = StateLog(js, replicas=replicas)
         facts = await log.provision()
-        for domain in DOMAINS:
-            a = Applier(
-                domain=domain,
-                js=js,
-                store=store,
-                node_id=node_id,
-                apply=_APPLY[domain],
-                stream_created_at=facts[domain].created_at,
-                retry_budget=retry_budget,
-            )
-
-            def built(d: str = domain, ap: Applier = a) -> None:
-                _log.info(
-                    "lexical_index_built",
-                    source=_CORPUS[d],
-                    pending=0,
-                    position=ap.applied,
-                    elapsed_ms=int((time.monotonic() - started) * 1000),
-                )
-
-            a.on_drained = built
-            appliers[domain] = a
+        parts.appliers = _appliers(
+            js, store, node_id, {d: facts[d].created_at for d in LOGS}, retry_budget, started
+        )
+        appliers = parts.appliers
         if snapshot_dir is not None:
-            keeper = SnapshotKeeper(
+            parts.keeper = SnapshotKeeper(
                 node_id=node_id,
                 store=store,
                 appliers=appliers,
@@ -218,24 +193,19 @@ async def open_estate(
                 interval=snapshot_interval,
                 retry=snapshot_retry,
             )
-        catchup = CatchUp(
+        parts.catchup = CatchUp(
             nc=nc,
             node_id=node_id,
             store=store,
             log=log,
             appliers=appliers,
             snapshot_dir=snapshot_dir or store_dir / "snapshots",
-            keeper=keeper,
+            keeper=parts.keeper,
             coord=coord,
             offer_window=offer_window,
             retry_first=catchup_retry,
         )
-        for a in appliers.values():
-            a.on_below = catchup.trigger
-        await catchup.boot()  # ES-57: before any applier applies
-        for a in appliers.values():
-            if not a.running and not a.refusing:
-                await a.start()
+        await _start_appliers(appliers, parts.catchup)
         service = EstateService(
             node_id=node_id, store=store, log=log, appliers=appliers, rules=rules, floor_wait=floor_wait
         )
@@ -249,24 +219,95 @@ async def open_estate(
             replicas=replicas,
             interval=heartbeat,
         )
-        beat.on_heads = catchup.on_heads
-        if keeper is not None:
-            keeper.alarms = beat.alarms
-            keeper.on_taken = beat.beat
-            keeper._peers = beat.nodes
-            beat.snapshot_fields = keeper.fields
-        await beat.start()
-        if keeper is not None:
-            keeper.start()
-            if nc is not None:
-                donor = SnapshotDonor(nc, node_id=node_id, keeper=keeper)
-                await donor.start()
+        donor = await _start_beat(beat, parts.catchup, parts.keeper, nc, node_id)
     except BaseException:
-        if catchup is not None:
-            await catchup.stop()
-        if keeper is not None:
-            await keeper.stop()
-        await asyncio.gather(*(a.stop() for a in appliers.values()), return_exceptions=True)
-        store.close()
+        await parts.unwind(store)
         raise
-    return Estate(store, log, appliers, service, beat, snapshots=keeper, catchup=catchup, donor=donor)
+    return Estate(
+        store, log, appliers, service, beat, snapshots=parts.keeper, catchup=parts.catchup, donor=donor
+    )
+
+
+class _Parts:
+    """What :func:`open_estate` has built so far, to unwind when a later step fails."""
+
+    def __init__(self) -> None:
+        self.appliers: dict[str, Applier] = {}
+        self.keeper: SnapshotKeeper | None = None
+        self.catchup: CatchUp | None = None
+
+    async def unwind(self, store: EstateStore) -> None:
+        if self.catchup is not None:
+            await self.catchup.stop()
+        if self.keeper is not None:
+            await self.keeper.stop()
+        await asyncio.gather(*(a.stop() for a in self.appliers.values()), return_exceptions=True)
+        store.close()
+
+
+def _appliers(
+    js: JetStreamContext,
+    store: EstateStore,
+    node_id: str,
+    created_at: dict[str, int],
+    retry_budget: float,
+    started: float,
+) -> dict[str, Applier]:
+    """One applier per registered log, applying through the registry (ES-16); none started yet."""
+    appliers: dict[str, Applier] = {}
+    for domain in LOGS:
+        a = Applier(
+            domain=domain,
+            js=js,
+            store=store,
+            node_id=node_id,
+            apply=apply_for(domain),
+            stream_created_at=created_at[domain],
+            retry_budget=retry_budget,
+        )
+        corpus = next((d.corpus for d in REGISTERED if d.log == domain and d.corpus), domain)
+
+        def built(source: str = corpus, ap: Applier = a) -> None:
+            _log.info(
+                "lexical_index_built",
+                source=source,
+                pending=0,
+                position=ap.applied,
+                elapsed_ms=int((time.monotonic() - started) * 1000),
+            )
+
+        a.on_drained = built
+        appliers[domain] = a
+    return appliers
+
+
+async def _start_appliers(appliers: dict[str, Applier], catchup: CatchUp) -> None:
+    """Let catch-up adopt a snapshot first when a copy is below its log (ES-57), then start the rest."""
+    for a in appliers.values():
+        a.on_below = catchup.trigger
+    await catchup.boot()  # ES-57: before any applier applies
+    for a in appliers.values():
+        if not a.running and not a.refusing:
+            await a.start()
+
+
+async def _start_beat(
+    beat: PositionBeat, catchup: CatchUp, keeper: SnapshotKeeper | None, nc: Client | None, node_id: str
+) -> SnapshotDonor | None:
+    """Wire the heartbeat to catch-up and the snapshot keeper, start them, and the donor (ES-56) when
+    there is a keeper and a connection; return the donor."""
+    beat.on_heads = catchup.on_heads
+    if keeper is not None:
+        keeper.alarms = beat.alarms
+        keeper.on_taken = beat.beat
+        keeper._peers = beat.nodes
+        beat.snapshot_fields = keeper.fields
+    await beat.start()
+    if keeper is None:
+        return None
+    keeper.start()
+    if nc is None:
+        return None
+    donor = SnapshotDonor(nc, node_id=node_id, keeper=keeper)
+    await donor.start()
+    return donor

@@ -1,9 +1,9 @@
 """The estate's call surface: what a data node is asked and what it answers (ES-38).
 
 The router (``shared.router``) carries :class:`Call` and :class:`Answer` over NATS request/reply to
-``crewlet.estate.rpc.<node_id>``, or hands them to this node's own copy in-process. The table
-:data:`OPS` names every operation with its domain and whether it writes, which decides floors
-(ES-37: a request carries the floors of its own domain's log only) and repeat rules (ES-35).
+``crewlet.estate.rpc.<node_id>``, or hands them to this node's own copy in-process. The operation
+table (``OPS``: operation → its log and whether it writes) is built from the registered domains
+(:mod:`shared.estate.domains`). A base module: it imports nothing of the estate.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["OPS", "PROTOCOL", "Answer", "Call", "OpKind", "ReadLevel", "Status"]
+__all__ = ["PROTOCOL", "Answer", "Call", "OpKind", "ReadLevel", "Status"]
 
 PROTOCOL = 1
 """The router wire protocol version (ES-38). An unknown version is answered ``ran_nothing``."""
@@ -19,29 +19,6 @@ PROTOCOL = 1
 ReadLevel = Literal["linearizable", "session", "stale", "consistent_prefix"]
 OpKind = Literal["read", "write"]
 Status = Literal["ran", "ran_nothing", "unvouched"]
-
-OPS: dict[str, tuple[str | None, OpKind]] = {
-    "work.create": ("tracker", "write"),
-    "work.update": ("tracker", "write"),
-    "work.comment": ("tracker", "write"),
-    "files.put": ("tracker", "write"),
-    "project.upsert": ("tracker", "write"),
-    "work.list": ("tracker", "read"),
-    "work.get": ("tracker", "read"),
-    "work.catalogue": ("tracker", "read"),
-    "projects.list": ("tracker", "read"),
-    "files.list": ("tracker", "read"),
-    "files.get": ("tracker", "read"),
-    "pages.write": ("pages", "write"),
-    "space.upsert": ("pages", "write"),
-    "pages.get": ("pages", "read"),
-    "pages.list": ("pages", "read"),
-    "pages.search": ("pages", "read"),
-    "spaces.list": ("pages", "read"),
-    "estate.status": (None, "read"),
-    "estate.digest": (None, "read"),
-}
-"""Operation → (domain, kind). Admin operations (``estate.*``) belong to no domain."""
 
 
 @dataclass

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._ids import derive_op_id
 from ._protocol import Call
+from .log._ids import derive_op_id
 
 __all__ = ["company_seed"]
 

@@ -32,16 +32,16 @@ from shared import logs
 from shared.coordination import Coordination, CoordinationUnavailable
 from shared.text import not_text
 
-from . import _files, _pages, _pages_read, _tracker, _tracker_read
 from ._alarms import Alarms
-from ._applier import Applier
-from ._decide import DecideCtx, Decision, Rules, ViewFn
 from ._errors import EstateError, Fenced, InvalidField, OutcomeUnknown, Refused, to_wire
-from ._ids import GENERATION, Position, mint_op_id, validate_op_id
-from ._log import StateLog
-from ._protocol import OPS, Answer, Call, Status
-from ._store import EstateStore
-from ._writer import Writer
+from ._protocol import Answer, Call, Status
+from .domains import OPS, ReadOp, WriteOp, reads, writes
+from .log._applier import Applier
+from .log._decide import DecideCtx, Rules
+from .log._ids import GENERATION, Position, mint_op_id, validate_op_id
+from .log._log import StateLog
+from .log._writer import Writer
+from .store._store import EstateStore
 
 __all__ = ["EstateService", "FLOOR_TTL", "FLOOR_UNKNOWN_RETRY", "FLOOR_WAIT"]
 
@@ -56,9 +56,6 @@ FLOOR_UNKNOWN_RETRY = 4.0
 _FLOOR_ALARM_AFTER = 4
 """Heartbeats a floor stays unreadable before the ``floor_unknown`` alarm (ES-92)."""
 _LEVELS = ("linearizable", "session", "stale", "consistent_prefix")
-_INLINE_READS = frozenset({"work.get"})
-"""Point reads run on the event loop thread (``EstateStore.read_inline``): a few indexed statements,
-cheaper than the reader thread hand-off (issue 16, figure 6d)."""
 _INLINE_SEARCH = 0.005
 """Seconds: a knowledge search runs on the event loop thread (``EstateStore.read_inline``) while this
 copy's recent searches cost less on average (CPU seconds of the searching thread, an exponential mean
@@ -68,26 +65,7 @@ the loop is never held long (issue 16, figure 7). CPU time, not wall time: a sea
 busy machine is not a costly one (time waiting for the disk is not counted either)."""
 _SEARCH_WEIGHT = 0.1
 
-DecideFn = Callable[[Connection, DecideCtx, dict[str, Any]], Decision]
 ReadFn = Callable[[Connection, dict[str, Any]], Any]
-
-
-@dataclass(frozen=True)
-class _Write:
-    decide: DecideFn
-    view: ViewFn
-    created: Callable[[Connection, str], bool] | None = None
-    """For a create whose object id derives from its op id: does that object's row exist (ES-8)."""
-    inline: bool = False
-    """``decide`` and ``view`` use literal SQL only: their reads run on the event loop thread
-    (``EstateStore.read_inline``, issue 16)."""
-
-
-def _row_exists(table: str) -> Callable[[Connection, str], bool]:
-    def exists(conn: Connection, object_id: str) -> bool:
-        return conn.exec_driver_sql(f"SELECT 1 FROM {table} WHERE id = ?", (object_id,)).first() is not None
-
-    return exists
 
 
 @dataclass
@@ -97,20 +75,6 @@ class _FloorFacts:
     read_at: float = 0.0
     unread_since: float | None = None
     known: bool = False
-
-
-def _writes() -> dict[str, _Write]:
-    return {
-        "work.create": _Write(
-            _tracker.decide_create, _tracker_read.task_view, _row_exists("tasks"), inline=True
-        ),
-        "work.update": _Write(_tracker.decide_update, _tracker_read.task_view),
-        "work.comment": _Write(_tracker.decide_comment, _tracker_read.comment_view, _row_exists("comments")),
-        "project.upsert": _Write(_tracker.decide_project, lambda c, i: {"id": i}),
-        "files.put": _Write(_files.decide_file_put, _files.file_row_view),
-        "pages.write": _Write(_pages.decide_page, _pages_read.page_view),
-        "space.upsert": _Write(_pages.decide_space, lambda c, i: {"key": i}),
-    }
 
 
 class EstateService:
@@ -157,7 +121,7 @@ class EstateService:
         self.rules = rules or Rules()
         self.writer = Writer(store, log, appliers)
         self._floor_wait = floor_wait
-        self._writes = _writes()
+        self._writes: dict[str, WriteOp] = writes()
         self._not_served_logged: set[str] = set()
         self._search_cost = 0.0
         """CPU seconds a knowledge search took here lately (:data:`_INLINE_SEARCH`)."""
@@ -170,18 +134,7 @@ class EstateService:
         self.searcher: Callable[[Call], Awaitable[Answer]] | None = None
         """Set by the data role: answers ``pages.search`` (the divided search, ES-62), scanning
         through :meth:`serve_copy`; None answers it from this copy alone."""
-        self._reads: dict[str, ReadFn] = {
-            "work.list": _tracker_read.list_items,
-            "work.get": _tracker_read.get_item,
-            "work.catalogue": lambda c, a: _tracker_read.catalogue(c, self.rules, a),
-            "projects.list": lambda c, a: _tracker_read.list_projects(c),
-            "files.list": _files.list_files,
-            "files.get": _files.get_file,
-            "pages.get": _pages_read.get_page,
-            "pages.list": _pages_read.list_pages,
-            "pages.search": _pages_read.search_pages,
-            "spaces.list": lambda c, a: _pages_read.list_spaces(c),
-        }
+        self._reads: dict[str, ReadOp] = reads()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -239,7 +192,8 @@ class EstateService:
         """Answer one router call: a knowledge search through :attr:`searcher` when one is set (the
         divided search of ES-62, which scans through :meth:`serve_copy` itself), everything else
         through :meth:`serve_copy`. Never raises for a refusal (it is in the answer)."""
-        if self.searcher is not None and call.op == "pages.search":
+        read = self._reads.get(call.op)
+        if self.searcher is not None and read is not None and read.search:
             return await self.searcher(call)
         return await self.serve_copy(call)
 
@@ -467,11 +421,16 @@ class EstateService:
                     node=self.node_id,
                 )
         seen = applier.applied
-        fn = self._reads[call.op]
-        if call.op == "pages.search":
-            data = self._search_answer(await self._search(fn, call.args), call.args)
-        elif call.op in _INLINE_READS:
-            data = await self.store.read_inline(lambda conn: fn(conn, call.args))  # type: ignore[arg-type]
+        spec = self._reads[call.op]
+        rules = self.rules
+
+        def fn(conn: Any, args: dict[str, Any]) -> Any:
+            return spec.read(conn, rules, args)
+
+        if spec.search:
+            data = self._search_answer(await self._search(fn, call.args), call.args, domain)
+        elif spec.inline:  # a point read: a few indexed statements, cheaper than a reader thread (issue 16)
+            data = await self.store.read_inline(lambda conn: fn(conn, call.args))
         else:
             data = await self.store.read(lambda conn: fn(conn, call.args))
         pos = Position(applier.stream, GENERATION, seen)
@@ -502,8 +461,8 @@ class EstateService:
             return await self.store.read_inline(timed)  # type: ignore[arg-type]
         return await self.store.read(timed)
 
-    def _search_answer(self, hits: list[dict[str, Any]], args: dict[str, Any]) -> dict[str, Any]:
-        building = not self.appliers["pages"].drained
+    def _search_answer(self, hits: list[dict[str, Any]], args: dict[str, Any], domain: str) -> dict[str, Any]:
+        building = not self.appliers[domain].drained
         q = str(args.get("query", ""))
         if hits and building:
             sentence = "Results may be missing pages: the knowledge index here is still being built."

@@ -338,7 +338,7 @@ class EstateCalls(abc.ABC):
 
         The data node asked answers it; above 10 000 pages with more than one live data node it
         divides the 64 buckets among them and merges the slices into the undivided order (ES-62,
-        ES-63, :mod:`shared.estate._divided`).
+        ES-63, :mod:`shared.estate.domains.pages._divided`).
 
         Returns:
             ``data`` is ``{"hits", "searched", "failed", "state", "sentence"}``; ``state`` is ``ok``,

@@ -26,7 +26,7 @@ NOT_GROUPS = {
     "shared/bus/_groups.py": "attach_group itself",
     "shared/bus/_bus.py": "a seat's mailbox: one lease holder at a time (FL-79)",
     "shared/bus/_delivery.py": "the create-with-retry helper (add_consumer); its callers are scanned by name",
-    "shared/estate/_applier.py": "one data node's own applier durable (ES-10)",
+    "shared/estate/log/_applier.py": "one data node's own applier durable (ES-10)",
     "shared/objects/_nats.py": "an ephemeral reader of one object, R1, reaped when idle",
 }
 

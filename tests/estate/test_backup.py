@@ -35,6 +35,7 @@ import pytest
 from crewlet.backup_cli import verify_restore
 from crewlet.retention_cli import _backup_sentence
 from shared import estate
+from shared.estate.life import _backup
 from shared.objects import open_object_store
 from tests.support.procs import REPO, TOKEN, VENV_BIN, NatsServer, Node, free_port, node_file
 
@@ -159,7 +160,7 @@ def test_backup_during_writes_verify_and_restore_objects(
     assert manifest["node"] == "n1" and manifest["owner"] == "ops@lantern"
     for name in ("store.db", "store-replicated.db"):
         f = manifest["files"][name]
-        assert estate._backup.sha256_file(dest / name) == f["sha256"] and f["tables"] > 0
+        assert _backup.sha256_file(dest / name) == f["sha256"] and f["tables"] > 0
         assert not (dest / f"{name}-wal").exists() and not (dest / f"{name}-shm").exists()
     assert manifest["objects"]["count"] == 2
     for o in manifest["objects"]["items"]:
@@ -295,7 +296,7 @@ async def test_a_copy_the_log_was_trimmed_past_gets_no_manifest(
         assert nospace.value.code == "backup_no_space" and nospace.value.status == 507
         assert full.is_dir() and list(full.iterdir()) == []
         monkeypatch.undo()
-        nospc = estate._backup._io_failure("x", OSError(errno.ENOSPC, "No space left on device"))
+        nospc = _backup._io_failure("x", OSError(errno.ENOSPC, "No space left on device"))
         assert nospc.code == "backup_no_space"
         node.est.appliers["tracker"].pause()
         await asyncio.sleep(1.2)  # the applier finishes the fetch in hand and holds

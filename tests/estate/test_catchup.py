@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from shared import estate
 from shared.coordination import MemoryCoordination
-from shared.estate._catchup import FETCH_PREFIX, OFFER_SUBJECT, CatchUp
+from shared.estate.life import FETCH_PREFIX, OFFER_SUBJECT, CatchUp
 
 from .conftest import Inproc, seed, stop_inproc
 from .test_snapshot import Start, create, node, wait_for

@@ -36,7 +36,7 @@ from sqlalchemy import create_engine
 
 from shared import estate
 from shared.estate import assign, merge_hits, slice_subject
-from shared.estate._pages_read import search_pages
+from shared.estate.domains.pages import search_pages
 from shared.router import decode_answer, encode_call, rpc_subject
 from tests.support.cluster import NatsCluster
 from tests.support.pages import publish_pages

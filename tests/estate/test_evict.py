@@ -16,8 +16,8 @@ import nats
 import pytest
 
 from shared.coordination import MemoryCoordination
-from shared.estate._evict import GestureRefused, run_gesture
-from shared.estate._gates import evicted_since, gate_subject
+from shared.estate.life import GestureRefused, run_gesture
+from shared.estate.log import evicted_since, gate_subject
 
 from .conftest import Inproc, presence
 

@@ -22,7 +22,7 @@ import pytest
 from shared import estate, tools
 from shared.coordination import MemoryCoordination
 from shared.estate import Call
-from shared.estate._store import upgrade
+from shared.estate.store import upgrade
 from shared.providers import ToolCall
 from tests.support.procs import TOKEN
 from tests.turns.workspace import Estate

@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from shared.estate._store import EstateStore
+from shared.estate.store import EstateStore
 
 
 def _count(conn: Any) -> int:

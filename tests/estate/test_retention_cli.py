@@ -24,7 +24,7 @@ import pytest
 
 from crewlet.retention_cli import human_bytes, problems
 from shared import coordination
-from shared.estate._trim import read_backup_floor
+from shared.estate.life import read_backup_floor
 from tests.support.procs import REPO, TOKEN, NatsServer, Node, free_port, node_file
 
 H = {"Authorization": f"Bearer {TOKEN}"}

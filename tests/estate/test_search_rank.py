@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from shared import estate
-from shared.estate import Call, _pages_read
-from shared.estate._fts import NO_WORDS, lexical_query, tokens
-from shared.estate._store import FastConn, raw_sql
+from shared.estate import Call
+from shared.estate.domains.pages import _read as _pages_read
+from shared.estate.store import FastConn, raw_sql
+from shared.estate.store._fts import NO_WORDS, lexical_query, tokens
 
 from .conftest import Inproc, seed
 

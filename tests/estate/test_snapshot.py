@@ -15,7 +15,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from shared import estate
-from shared.estate._snapshot import MANIFEST, load_manifest
+from shared.estate.life import MANIFEST, load_manifest
 from shared.router import RpcServer
 
 from .conftest import Inproc, seed, stop_inproc

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from structlog.testing import capture_logs
 
 from shared import estate
-from shared.estate._schema import T_LEDGER, T_LEDGER_WATERMARK
+from shared.estate.store import T_LEDGER, T_LEDGER_WATERMARK
 
 from .conftest import Inproc, seed
 

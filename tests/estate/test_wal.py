@@ -45,7 +45,7 @@ import pytest
 from shared import estate
 from shared.estate import EstateStore
 from shared.estate._alarms import Alarms, active_alarms
-from shared.estate._storage import observe_storage
+from shared.estate.store import observe_storage
 from tests.support.procs import REPO, TOKEN, NatsServer, Node, free_port, node_file
 
 H = {"Authorization": f"Bearer {TOKEN}"}

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from shared import estate
 from shared.estate import Call
-from shared.estate._log import AppendUnanswered
+from shared.estate.log import AppendUnanswered
 
 from .conftest import Inproc, seed, stop_inproc
 
@@ -315,7 +315,7 @@ async def test_a_fresh_copy_replays_thousands_of_records(inproc: Start) -> None:
     """ES-19: replay drains the log in batches; prints the rate (no timing assertion)."""
     import time
 
-    from shared.estate._decide import derived_id
+    from shared.estate.log import derived_id
 
     a = await inproc("a")
     await seed(a, "ENG")

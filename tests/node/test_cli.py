@@ -40,7 +40,10 @@ def test_the_embedded_fleet_examples_are_valid() -> None:
             cwd=REPO,
             env=env,
         )
-        assert out.returncode == 0 and "warning" not in out.stdout + out.stderr, (name, out.stdout + out.stderr)
+        assert out.returncode == 0 and "warning" not in out.stdout + out.stderr, (
+            name,
+            out.stdout + out.stderr,
+        )
 
 
 def test_each_error_is_one_line_naming_file_and_path(tmp_path: Path) -> None:

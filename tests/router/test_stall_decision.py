@@ -1,7 +1,7 @@
 """Busy is not stalled (ES-29, issue 17): the decision behind a read's ``stalled`` refusal.
 
 A read is refused ``stalled`` only when the applier is faulted, halted or refusing, or when records
-have waited :data:`~shared.estate._applier.STALL_AFTER` seconds while the applier made no progress.
+have waited :data:`~shared.estate.log._applier.STALL_AFTER` seconds while the applier made no progress.
 Progress is a batch taken in hand, a batch committed, or a fetch that found the copy level; the
 time since the last commit alone decides nothing (a copy idle for minutes whose first new record is
 being applied was refused ``stalled`` before issue 17).
@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from shared.estate._applier import STALL_AFTER, Applier
+from shared.estate.log import STALL_AFTER, Applier
 
 
 def _applier(applied: int = 100) -> Applier:

@@ -14,8 +14,8 @@ import time
 from nats.js import JetStreamContext
 
 from shared import estate
-from shared.estate._decide import derived_id
-from shared.estate._pages import address_of
+from shared.estate.domains.pages import address_of
+from shared.estate.log import derived_id
 
 __all__ = ["page_record", "publish_pages"]
 

@@ -45,7 +45,7 @@ from shared import leases
 from shared.coordination import CoordinationUnavailable
 from shared.estate import DOMAINS, STREAMS
 from shared.estate._alarms import active_alarms
-from shared.estate._gates import evicted_since
+from shared.estate.log import evicted_since
 from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = ["REMEDY", "STALE_AFTER", "router"]

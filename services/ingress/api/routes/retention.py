@@ -10,7 +10,7 @@ position below the last ack (409 ``ack_lowered``: the term never moves down).
 Both are an admin request to the data node this ingress sits on (ingress always pairs with
 ``data``, FL-17), guarded by ``fleet:operate``. The body is ``{"node", "confirm", "force"?,
 "op_id"?}``; the gesture is judged once before anything is written and then writes one gate record
-per counted log (see :mod:`shared.estate._evict`). Answers:
+per counted log (see :mod:`shared.estate.life._evict`). Answers:
 
 - 200 ``{"gesture", "action", "node", "forced_unjudged", "logs": [{"log", "outcome", ...}]}``;
 - 409 with ``code`` ``self_evict`` (a node never evicts itself: ask another data node) / ``node_live`` / ``below_floor`` (with the position, floor, first_seq,
@@ -31,7 +31,7 @@ from fastapi import APIRouter, Body, Depends
 from shared import estate
 from shared.coordination import CoordinationUnavailable
 from shared.estate import DOMAINS, STREAMS
-from shared.estate._evict import GestureRefused, run_gesture
+from shared.estate.life import GestureRefused, run_gesture
 from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = ["router"]
