@@ -25,7 +25,7 @@ from .life._catchup import OFFER_WINDOW, CatchUp, SnapshotDonor
 from .life._snapshot import RETRY_AFTER, SnapshotKeeper
 from .log._applier import Applier
 from .log._decide import Rules
-from .log._log import StateLog
+from .log._log import StateLog, StreamFacts
 from .log._positions import PositionBeat
 from .store._store import EstateStore
 
@@ -176,80 +176,79 @@ async def open_estate(
     started = time.monotonic()
     store = await EstateStore.open(store_dir / "estate.db", wal_limit=wal_limit)
     store.start_checkpoints(checkpoint_interval)
-    parts = _Parts()
-    try:
+    async with _Parts(store) as parts:  # a failure stops what was started and closes the file
         log = StateLog(js, replicas=replicas)
         facts = await log.provision()
-        parts.appliers = _appliers(
-            js, store, node_id, {d: facts[d].created_at for d in LOGS}, retry_budget, started
-        )
-        appliers = parts.appliers
-        if snapshot_dir is not None:
-            parts.keeper = SnapshotKeeper(
-                node_id=node_id,
-                store=store,
-                appliers=appliers,
-                snapshot_dir=snapshot_dir,
-                interval=snapshot_interval,
-                retry=snapshot_retry,
-            )
+        appliers = parts.appliers = _appliers(js, store, node_id, facts, retry_budget, started)
+        parts.keeper = _keeper(node_id, store, appliers, snapshot_dir, snapshot_interval, snapshot_retry)
         parts.catchup = CatchUp(
-            nc=nc,
-            node_id=node_id,
-            store=store,
-            log=log,
-            appliers=appliers,
-            snapshot_dir=snapshot_dir or store_dir / "snapshots",
-            keeper=parts.keeper,
-            coord=coord,
-            offer_window=offer_window,
-            retry_first=catchup_retry,
-        )
+            nc=nc, node_id=node_id, store=store, log=log, appliers=appliers,
+            snapshot_dir=snapshot_dir or store_dir / "snapshots", keeper=parts.keeper, coord=coord,
+            offer_window=offer_window, retry_first=catchup_retry,
+        )  # fmt: skip
         await _start_appliers(appliers, parts.catchup)
         service = EstateService(
             node_id=node_id, store=store, log=log, appliers=appliers, rules=rules, floor_wait=floor_wait
         )
         beat = PositionBeat(
-            js,
-            node_id=node_id,
-            appliers=appliers,
-            log=log,
-            store=store,
-            bucket=positions_bucket,
-            replicas=replicas,
-            interval=heartbeat,
-        )
+            js, node_id=node_id, appliers=appliers, log=log, store=store, bucket=positions_bucket,
+            replicas=replicas, interval=heartbeat,
+        )  # fmt: skip
         donor = await _start_beat(beat, parts.catchup, parts.keeper, nc, node_id)
-    except BaseException:
-        await parts.unwind(store)
-        raise
-    return Estate(
-        store, log, appliers, service, beat, snapshots=parts.keeper, catchup=parts.catchup, donor=donor
+    return Estate(store, log, appliers, service, beat, parts.keeper, parts.catchup, donor)
+
+
+def _keeper(
+    node_id: str,
+    store: EstateStore,
+    appliers: dict[str, Applier],
+    snapshot_dir: Path | None,
+    interval: float,
+    retry: float,
+) -> SnapshotKeeper | None:
+    """The snapshot keeper (ES-53), or None when no ``snapshot_dir`` was given; not started yet."""
+    if snapshot_dir is None:
+        return None
+    return SnapshotKeeper(
+        node_id=node_id,
+        store=store,
+        appliers=appliers,
+        snapshot_dir=snapshot_dir,
+        interval=interval,
+        retry=retry,
     )
 
 
 class _Parts:
-    """What :func:`open_estate` has built so far, to unwind when a later step fails."""
+    """What :func:`open_estate` has built so far; leaving the block with an exception stops it all
+    (catch-up, the snapshot keeper, the appliers) and closes the estate file."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: EstateStore) -> None:
+        self.store = store
         self.appliers: dict[str, Applier] = {}
         self.keeper: SnapshotKeeper | None = None
         self.catchup: CatchUp | None = None
 
-    async def unwind(self, store: EstateStore) -> None:
+    async def __aenter__(self) -> _Parts:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_exc: object) -> bool:
+        if kind is None:
+            return False
         if self.catchup is not None:
             await self.catchup.stop()
         if self.keeper is not None:
             await self.keeper.stop()
         await asyncio.gather(*(a.stop() for a in self.appliers.values()), return_exceptions=True)
-        store.close()
+        self.store.close()
+        return False
 
 
 def _appliers(
     js: JetStreamContext,
     store: EstateStore,
     node_id: str,
-    created_at: dict[str, int],
+    facts: dict[str, StreamFacts],
     retry_budget: float,
     started: float,
 ) -> dict[str, Applier]:
@@ -262,7 +261,7 @@ def _appliers(
             store=store,
             node_id=node_id,
             apply=apply_for(domain),
-            stream_created_at=created_at[domain],
+            stream_created_at=facts[domain].created_at,
             retry_budget=retry_budget,
         )
         corpus = next((d.corpus for d in REGISTERED if d.log == domain and d.corpus), domain)

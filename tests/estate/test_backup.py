@@ -288,7 +288,7 @@ async def test_a_copy_the_log_was_trimmed_past_gets_no_manifest(
         def disk_full(_path: Path) -> Any:
             raise sqlite3.OperationalError("database or disk is full")
 
-        monkeypatch.setattr(estate._backup, "named_objects", disk_full)
+        monkeypatch.setattr(_backup, "named_objects", disk_full)
         with pytest.raises(estate.BackupFailed) as nospace:
             await estate.take_backup(
                 node.est, node_id="t1", dest=full, store_dir=tmp_path / "t1", objects=store, coord=None

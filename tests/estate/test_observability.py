@@ -34,7 +34,7 @@ NAMED = (
 
 
 def test_every_named_log_line_is_emitted_by_the_code() -> None:
-    code = "\n".join(p.read_text() for p in (REPO / "shared" / "estate").glob("*.py"))
+    code = "\n".join(p.read_text() for p in (REPO / "shared" / "estate").rglob("*.py"))
     for name in NAMED:
         assert re.search(rf'"{name}"', code), name
 

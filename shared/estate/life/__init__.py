@@ -9,10 +9,12 @@ It may import :mod:`shared.estate.domains`, :mod:`shared.estate.log`, :mod:`shar
 and the estate's base modules; nothing below imports it.
 """
 
-from ._backup import BackupAgeWatch, BackupFailed, take_backup
+from ._backup import BackupFailed, take_backup
+from ._backup_age import BackupAgeWatch
 from ._catchup import FETCH_PREFIX, OFFER_SUBJECT, OFFER_WINDOW, CatchUp, SnapshotDonor
 from ._evict import GestureRefused, run_gesture
-from ._snapshot import MANIFEST, RETRY_AFTER, SnapshotKeeper, load_manifest
+from ._manifest import MANIFEST, load_manifest
+from ._snapshot import RETRY_AFTER, SnapshotKeeper
 from ._sweep import LedgerSweeper, record_watermark, sweep_ledger
 from ._trim import TERMS, TrimConclusion, conclude, read_backup_floor
 

@@ -58,7 +58,8 @@ from ._donor import (
     fetch_artefact,
     verify_artefact,
 )
-from ._snapshot import SnapshotFailed, SnapshotKeeper, incompatibility
+from ._manifest import SnapshotFailed, incompatibility
+from ._snapshot import SnapshotKeeper
 
 __all__ = [
     "CHUNK",

@@ -29,7 +29,8 @@ from nats.aio.msg import Msg
 
 from shared import logs
 
-from ._snapshot import SnapshotFailed, SnapshotKeeper, check_copy, file_sha256
+from ._manifest import SnapshotFailed, check_copy, file_sha256
+from ._snapshot import SnapshotKeeper
 
 __all__ = [
     "CHUNK",

@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import nats.errors
@@ -41,12 +38,11 @@ from sqlalchemy import Connection
 
 from shared import logs
 
-from .._errors import EstateError, to_wire
 from .._tasks import stop_task
-from ..store import _sql as sql
-from ..store._schema import T_LEDGER
 from ..store._store import EstateStore
-from ._ids import GENERATION, STREAMS, op_id_instant
+from ._batch import ApplyFn, ApplyOutcome, FailingRun, apply_batch
+from ._consumer import consumer_config, consumer_drift, consumer_name, log_mismatch
+from ._ids import STREAMS
 from ._record import Record
 
 __all__ = ["LAGGING_RECORDS", "STALL_AFTER", "ApplyOutcome", "ApplyFn", "Applier", "CopyState"]
@@ -61,54 +57,6 @@ STALL_AFTER = 60.0
 ``stalled`` (ES-29: "still for a minute with records waiting"); see :meth:`Applier.stalled`."""
 
 CopyState = Literal["serving", "lagging", "out_of_service"]
-
-
-@dataclass(frozen=True)
-class ApplyOutcome:
-    """What one record did, for the ledger (ES-7).
-
-    Attributes:
-        object_kind: The kind of object it was about (``task``, ``page``...).
-        object_id: That object's id.
-        error: When the record was refused at apply (e.g. a stale ``if_match`` or a vanished
-            parent), the refusal every retry is answered with; None when it applied.
-        resolved_to: When the record folded onto an object filed earlier in log order instead of
-            filing its own (a create whose ``external`` basis an item already holds, CO-35), that
-            object's id: the ledger records outcome ``existing`` and the answer shows that object.
-            None otherwise.
-
-    .. versionchanged:: 0.1 ``resolved_to`` (issue 10).
-    """
-
-    object_kind: str
-    object_id: str
-    error: EstateError | None = None
-    resolved_to: str | None = None
-
-
-ApplyFn = Callable[[Connection, Record, int], ApplyOutcome]
-"""``(conn, record, seq) -> outcome``: a domain's deterministic apply of one record."""
-
-
-_ANCHOR_UPSERT = (
-    "INSERT INTO statelog_anchor (domain, subject, last_consumed_seq) VALUES (?, ?, ?) "
-    "ON CONFLICT (domain, subject) DO UPDATE SET last_consumed_seq = excluded.last_consumed_seq"
-)
-_CHECKPOINT_UPSERT = (
-    "INSERT INTO statelog_checkpoint (domain, stream, generation, seq, applied_through, stream_created_at, "
-    "checkpoint_stored_at, checkpoint_op_id, max_record_version, rule_versions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, '{}') "
-    "ON CONFLICT (domain) DO UPDATE SET stream = excluded.stream, generation = excluded.generation, "
-    "seq = excluded.seq, applied_through = excluded.applied_through, stream_created_at = excluded.stream_created_at, "
-    "checkpoint_stored_at = excluded.checkpoint_stored_at, checkpoint_op_id = excluded.checkpoint_op_id, "
-    "max_record_version = max(excluded.max_record_version, statelog_checkpoint.max_record_version)"
-)
-_LEDGER_SEEN = "SELECT seq FROM statelog_ledger WHERE domain = ? AND op_id = ?"
-
-
-def consumer_name(domain: str, node_id: str) -> str:
-    """Return the applier's durable name: ``crewlet-applier-<domain>-<node>-<6 hex>`` (no dots)."""
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in node_id)
-    return f"crewlet-applier-{domain}-{safe}-{hashlib.sha256(node_id.encode()).hexdigest()[:6]}"
 
 
 class Applier:
@@ -240,28 +188,18 @@ class Applier:
         return None
 
     async def _keyed_elsewhere(self, seq: int, created_at: int) -> bool:
-        """True (and the copy stops, out of service) when the rows are keyed to another log (ES-90).
-
-        Two cases, both seen after a restore onto a broker that lost its streams (an embedded
-        node's lost disk): the stream's creation instant is not the one the checkpoint names
-        (``statelog_stream_recreated``), or the checkpoint is past the log's last record
-        (``statelog_ahead_of_log``). Applying on would skip every new record up to the old
-        checkpoint as "already applied", so writes would be acknowledged and then lost; the copy
-        refuses instead, naming both positions, until an operator restores the log with the rows
-        (README, "Restore from a backup") or starts the copy afresh. An unreadable stream decides
-        nothing here (the loop's reader errors say so).
-        """
+        """True (and the copy stops, out of service) when the rows are keyed to another log (ES-90):
+        see :func:`~shared.estate.log._consumer.log_mismatch`. An unreadable stream decides nothing here
+        (the loop's reader errors say so)."""
         try:
             info = await self._js.stream_info(self.stream)
         except (TimeoutError, nats.js.errors.APIError, nats.errors.Error):
             return False
         last = int(info.state.last_seq)
-        if created_at and self._created_at and created_at != self._created_at:
-            event, reason = "statelog_stream_recreated", "the log was recreated since these rows were applied"
-        elif last < seq:
-            event, reason = "statelog_ahead_of_log", "the checkpoint is past the log's last record"
-        else:
+        verdict = log_mismatch(seq, created_at, self._created_at, last)
+        if verdict is None:
             return False
+        event, reason = verdict
         self.halted = f"{reason} ({self.stream}: checkpoint {seq}, log last {last})"
         self._stopping = True
         _log.error(
@@ -282,18 +220,8 @@ class Applier:
             info = await self._js.consumer_info(self.stream, self._durable)
         except nats.js.errors.NotFoundError:
             info = None
-        drift = ""
+        drift, acked, delivered = consumer_drift(info, self.applied)
         if info is not None:
-            acked = int(info.ack_floor.stream_seq or 0) if info.ack_floor else 0
-            delivered = int(info.delivered.stream_seq or 0) if info.delivered else 0
-            if acked > self.applied:
-                drift = "acknowledged_past_checkpoint"
-            elif acked < self.applied:
-                drift = "behind_checkpoint"
-            elif (info.num_ack_pending or 0) > 0:
-                drift = "in_flight_for_a_gone_reader"
-            elif delivered > acked:
-                drift = "delivered_past_checkpoint"
             if drift:
                 with contextlib.suppress(nats.js.errors.NotFoundError):
                     await self._js.delete_consumer(self.stream, self._durable)
@@ -311,15 +239,7 @@ class Applier:
             await self._create_consumer()
 
     async def _create_consumer(self) -> None:
-        start = self.applied + 1
-        cfg = jsapi.ConsumerConfig(
-            durable_name=self._durable,
-            ack_policy=jsapi.AckPolicy.ALL,
-            deliver_policy=jsapi.DeliverPolicy.BY_START_SEQUENCE if start > 1 else jsapi.DeliverPolicy.ALL,
-            opt_start_seq=start if start > 1 else None,
-            ack_wait=30.0,
-            max_ack_pending=20_000,
-        )
+        cfg = consumer_config(self._durable, self.applied)
         # A member that just joined a cluster (a replacement after a removal) is answered 10023
         # "insufficient resources" while the metadata group still places its first assets: retry
         # for up to 15 s before failing the boot (FL-28's create budget is larger still).
@@ -545,43 +465,20 @@ class Applier:
         self._stopping = True
 
     async def _commit_with_retry(self, items: list[tuple[Record, int, int]]) -> None:
-        failing_since: float | None = None
-        last_error = ""
-        attempt = 0
+        run = FailingRun(self.domain, self._budget)
         while True:
             try:
                 await self._store.write(lambda conn: self._apply_batch(conn, items), fast=True)
                 break
             except Exception as e:  # noqa: BLE001 - every apply failure is named and retried (ES-20)
-                attempt += 1
-                last_error = f"{type(e).__name__}: {e}"
-                now = time.monotonic()
-                if failing_since is None:
-                    failing_since = now
-                    _log.warning(
-                        "statelog_apply_retrying", domain=self.domain, position=self.applied, error=last_error
-                    )
-                if not self.faulted and now - failing_since >= self._budget:
+                if run.failed(e, self.applied, self.faulted):
                     self.faulted = True
-                    _log.error(
-                        "statelog_apply_faulted",
-                        domain=self.domain,
-                        position=self.applied,
-                        error=last_error,
-                        retry_budget_seconds=self._budget,
-                    )
                 if self._stopping:
                     return
-                await asyncio.sleep(min(0.1 * attempt, 1.0))
-        if failing_since is not None:
+                await asyncio.sleep(min(0.1 * run.attempt, 1.0))
+        if run.since is not None:
             self.faulted = False
-            _log.info(
-                "statelog_apply_recovered",
-                domain=self.domain,
-                position=items[-1][1],
-                after=round(time.monotonic() - failing_since, 3),
-                last_error=last_error,
-            )
+            run.recovered(items[-1][1])
         async with self._cond:
             self.applied = items[-1][1]
             self.moved_at = time.monotonic()
@@ -590,56 +487,11 @@ class Applier:
     def _apply_batch(self, conn: Connection, items: list[tuple[Record, int, int]]) -> None:
         if self.fault is not None:
             self.fault()
-        max_version = 0
-        anchors: dict[str, int] = {}
-        for rec, seq, _stored in items:
-            max_version = max(max_version, rec.version)
-            if rec.kind != "barrier":
-                self._apply_one(conn, rec, seq)
-            anchors[rec.subject] = seq
-        sql.run(conn, _ANCHOR_UPSERT, [(self.domain, subj, seq) for subj, seq in anchors.items()])
-        rec, seq, stored = items[-1]
-        sql.run(
+        apply_batch(
             conn,
-            _CHECKPOINT_UPSERT,
-            (
-                self.domain,
-                self.stream,
-                GENERATION,
-                seq,
-                seq,
-                self._created_at,
-                stored,
-                rec.op_id,
-                max_version,
-            ),
-        )
-
-    def _apply_one(self, conn: Connection, rec: Record, seq: int) -> None:
-        if sql.one(conn, _LEDGER_SEEN, (self.domain, rec.op_id)) is not None:
-            return  # ES-7: the op already applied; a repeat folds to nothing
-        outcome = self._apply(conn, rec, seq)
-        try:
-            minted = op_id_instant(rec.op_id) * 1000
-        except EstateError:
-            minted = 0
-        sql.insert_row(
-            conn,
-            T_LEDGER,
-            {
-                "domain": self.domain,
-                "op_id": rec.op_id,
-                "object_kind": outcome.object_kind,
-                "object_id": outcome.object_id,
-                "stream": self.stream,
-                "generation": rec.generation,
-                "seq": seq,
-                "applied_at": rec.at,
-                "minted_at": minted,
-                "outcome": "rejected"
-                if outcome.error is not None
-                else ("existing" if outcome.resolved_to else "applied"),
-                "error": json.dumps(to_wire(outcome.error)) if outcome.error is not None else "",
-                "resolved_to": outcome.resolved_to or "",
-            },
+            items,
+            domain=self.domain,
+            stream=self.stream,
+            created_at=self._created_at,
+            apply=self._apply,
         )

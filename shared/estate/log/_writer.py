@@ -28,6 +28,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -53,6 +54,21 @@ _log = logs.get("statelog")
 
 OWN_RECORD_WAIT = 5.0
 """Seconds a write waits for its own record before answering ``pending`` (ES-11: 60 s stall grace / 12)."""
+
+
+_AGAIN = -1
+""":meth:`Writer._append`: decide again."""
+_UNKNOWN = -2
+""":meth:`Writer._append`: the append's fate is unknown (``OutcomeUnknown``)."""
+
+
+@dataclass
+class _Attempt:
+    """One write's appends: its deadline, whether an append went unanswered, the next backoff."""
+
+    deadline: float
+    unanswered: bool = False
+    backoff: float = 0.25
 
 
 class Writer:
@@ -148,14 +164,13 @@ class Writer:
                 retry_after=1.0,
                 node="",
             )
-        unanswered = False
-        backoff = 0.25
+        att = _Attempt(deadline)
         read = self._store.read_inline if inline else self._store.read
         while True:
             led, decision, err, cutoff = await read(lambda conn: self._snapshot(conn, domain, op_id, decide))
             if led is not None:
                 return await self._from_ledger(domain, op_id, led, decision, view)
-            if not unanswered and op_id_instant(op_id) * 1000 < cutoff:
+            if not att.unanswered and op_id_instant(op_id) * 1000 < cutoff:
                 vouched = await self._unvouched(domain, op_id, decision, view, created)
                 if vouched is not None:
                     return vouched
@@ -163,68 +178,99 @@ class Writer:
                 raise err
             assert decision is not None
             if decision.record is None:
-                seq = applier.applied
-                obj_id = decision.resolved_to or decision.object_id
-                noop = decision.noop
-                if noop is None:
-                    noop = await read(lambda c, oid=obj_id: view(c, oid))  # type: ignore[misc]
-                return self._answer(
-                    domain, "existing" if decision.resolved_to else "applied", op_id, seq, noop
-                )
-            remaining = deadline - time.monotonic()
-            try:
-                seq, _dup = await self._log.append(decision.record, expect=decision.expect)
-            except AppendConflict as c:
-                head = c.last_seq
-                if head is None:
-                    found = await self._log.last_on_subject(domain, decision.record.subject)
-                    head = found[0] if found else 0
-                if not await applier.wait_applied(head, max(remaining, 0.0)):
-                    if unanswered:
-                        break
-                    raise Refused(
-                        "behind",
-                        f"a newer record on {decision.record.subject} (seq {head}) is not "
-                        f"applied here within {self._budget:.0f} s",
-                        retry_after=1.0,
-                    ) from None
+                return await self._unwritten(domain, op_id, decision, view, read)
+            seq = await self._append(domain, op_id, decision, applier, att)
+            if seq == _AGAIN:
                 continue
-            except AppendUnanswered as e:
-                unanswered = True
-                try:
-                    found = await self._log.last_on_subject(domain, decision.record.subject)
-                except Refused:
-                    found = None
-                if found is not None and found[1] == op_id:
-                    seq = found[0]
-                elif remaining > backoff:
-                    await asyncio.sleep(backoff)  # the same message id collapses a repeat (ES-12)
-                    backoff = min(backoff * 2, 1.0)
-                    continue
-                else:
-                    _log.warning("statelog_publish_unknown", domain=domain, op_id=op_id, error=str(e))
-                    break
-            except Refused as r:
-                if r.refusal in ("no_quorum", "broker_unreachable") and remaining > backoff:
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 1.0)
-                    continue
-                if unanswered:
-                    _log.warning("statelog_publish_unknown", domain=domain, op_id=op_id, error=str(r))
-                    break
-                raise
-            self._last_own[domain] = max(self._last_own.get(domain, 0), seq)
-            if await applier.wait_applied(seq, OWN_RECORD_WAIT):
-                led, obj = await read(lambda conn: self._landed(conn, domain, op_id, view))
-                if led is not None:
-                    return self._ledger_answer(domain, op_id, led, decision, obj)
-                return self._answer(domain, "applied", op_id, seq, None)  # a record that applied nothing
-            return self._answer(domain, "pending", op_id, seq, None, lag=applier.lag)
+            if seq == _UNKNOWN:
+                break
+            return await self._appended(domain, op_id, seq, decision, view, read)
         raise OutcomeUnknown(
             op_id,
             "the append was not acknowledged and its record is not on the log's "
             "subject head; retry with the same op_id",
         )
+
+    async def _unwritten(
+        self, domain: str, op_id: str, decision: Decision, view: ViewFn, read: Callable[..., Any]
+    ) -> dict[str, Any]:
+        """Answer a write that needs no record: nothing would change, or it folds onto an object
+        already filed (``existing``, CO-35)."""
+        seq = self._appliers[domain].applied
+        obj_id = decision.resolved_to or decision.object_id
+        noop = decision.noop
+        if noop is None:
+            noop = await read(lambda c, oid=obj_id: view(c, oid))
+        return self._answer(domain, "existing" if decision.resolved_to else "applied", op_id, seq, noop)
+
+    async def _appended(
+        self, domain: str, op_id: str, seq: int, decision: Decision, view: ViewFn, read: Callable[..., Any]
+    ) -> dict[str, Any]:
+        """Wait up to :data:`OWN_RECORD_WAIT` for the record at ``seq`` to apply here and answer from the
+        ledger, else answer ``pending`` (ES-11)."""
+        applier = self._appliers[domain]
+        self._last_own[domain] = max(self._last_own.get(domain, 0), seq)
+        if await applier.wait_applied(seq, OWN_RECORD_WAIT):
+            led, obj = await read(lambda conn: self._landed(conn, domain, op_id, view))
+            if led is not None:
+                return self._ledger_answer(domain, op_id, led, decision, obj)
+            return self._answer(domain, "applied", op_id, seq, None)  # a record that applied nothing
+        return self._answer(domain, "pending", op_id, seq, None, lag=applier.lag)
+
+    async def _append(
+        self, domain: str, op_id: str, decision: Decision, applier: Applier, att: _Attempt
+    ) -> int:
+        """Append the decision's record (ES-10, ES-12); return its sequence, or :data:`_AGAIN` (decide
+        again: a newer record landed first, or a retryable refusal) or :data:`_UNKNOWN` (an unanswered
+        append that could not be found in the budget).
+
+        Raises:
+            Refused: ``behind`` (the newer record is not applied here within the budget), or the log's
+                own refusal when nothing was appended.
+        """
+        assert decision.record is not None
+        remaining = att.deadline - time.monotonic()
+        try:
+            seq, _dup = await self._log.append(decision.record, expect=decision.expect)
+        except AppendConflict as c:
+            head = c.last_seq
+            if head is None:
+                found = await self._log.last_on_subject(domain, decision.record.subject)
+                head = found[0] if found else 0
+            if not await applier.wait_applied(head, max(remaining, 0.0)):
+                if att.unanswered:
+                    return _UNKNOWN
+                raise Refused(
+                    "behind",
+                    f"a newer record on {decision.record.subject} (seq {head}) is not "
+                    f"applied here within {self._budget:.0f} s",
+                    retry_after=1.0,
+                ) from None
+            return _AGAIN
+        except AppendUnanswered as e:
+            att.unanswered = True
+            try:
+                found = await self._log.last_on_subject(domain, decision.record.subject)
+            except Refused:
+                found = None
+            if found is not None and found[1] == op_id:
+                return found[0]
+            if remaining > att.backoff:
+                await asyncio.sleep(att.backoff)  # the same message id collapses a repeat (ES-12)
+                att.backoff = min(att.backoff * 2, 1.0)
+                return _AGAIN
+            _log.warning("statelog_publish_unknown", domain=domain, op_id=op_id, error=str(e))
+            return _UNKNOWN
+        except Refused as r:
+            if r.refusal in ("no_quorum", "broker_unreachable") and remaining > att.backoff:
+                await asyncio.sleep(att.backoff)
+                att.backoff = min(att.backoff * 2, 1.0)
+                return _AGAIN
+            if att.unanswered:
+                _log.warning("statelog_publish_unknown", domain=domain, op_id=op_id, error=str(r))
+                return _UNKNOWN
+            raise
+        return seq
 
     async def _unvouched(
         self,

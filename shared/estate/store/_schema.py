@@ -1,13 +1,16 @@
-"""The estate file's tables (spec/estate.md §21), as SQLModel classes on a registry of their own.
+"""The estate file's framework tables (spec/estate.md §21), as SQLModel classes on a registry of their own.
 
-Only the P0 subset is built: the framework tables (checkpoint, anchors, ledger), the tracker
-(projects, tasks, body revisions, watchers, comments, history, project files) and the knowledge
-base (containers, pages, revisions). Instants are unix microseconds taken from records, never from
-a clock (ES-16), so every data node's copy is identical. Every object row carries ``version`` and
-``scoped_through``; indexed documents carry ``search_shard`` (ES-60).
+:class:`EstateModel` is the base every estate table derives from, the framework's here (checkpoint,
+anchors, ledger, ledger watermark, gates) and each domain's in its own sub-package
+(``shared.estate.domains.<name>._tables``): a table registers on the metadata when its module is
+imported, and the store creates, upgrades and digests whatever the metadata holds. Instants are unix
+microseconds taken from records, never from a clock (ES-16), so every data node's copy is identical.
+Every object row carries ``version`` and ``scoped_through``; indexed documents carry
+``search_shard`` (ES-60).
 
-The lexical index is two FTS5 tables (``work_fts``, ``pages_fts``) maintained in the same
-transaction as the rows; they are derived data and are left out of :func:`digest` comparisons.
+Derived tables (the FTS5 lexical index) are declared as DDL by the domain registry
+(:func:`declare_ddl`), run ``IF NOT EXISTS`` at every open, maintained in the same transaction as
+the rows, and left out of digest comparisons.
 """
 
 from __future__ import annotations

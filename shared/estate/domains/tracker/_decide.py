@@ -333,6 +333,40 @@ def decide_create(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
     return Decision("task", task_id, rec, expect=None)
 
 
+def _new_parent(conn: Connection, task: Task, value: Any) -> str | None:
+    """The parent id ``value`` names for ``task`` (None: no parent), refusing itself and a cycle."""
+    new_parent = _parent(conn, value, task.project_id).id if value else None
+    if new_parent == task.id:
+        raise InvalidField("parent", "an item cannot be its own parent")
+    ancestor = new_parent
+    for _ in range(MAX_DEPTH + 1):  # walk up from the new parent: meeting this item is a cycle
+        if ancestor is None:
+            break
+        if ancestor == task.id:
+            raise InvalidField("parent", f"{value} is under {task.key}: that would make a cycle")
+        ancestor = find_task(conn, ancestor, field="parent").parent_id
+    return new_parent
+
+
+def _watch_change(conn: Connection, task: Task, watch: Any, author: str, changes: dict[str, Any]) -> None:
+    """Add ``changes["watch"]`` when ``watch`` (None: left alone) changes whether ``author`` watches
+    ``task``, refusing a watcher past :data:`MAX_WATCHERS`."""
+    if watch is None:
+        return
+    watching = (
+        conn.execute(
+            select(T_WATCHERS).where(T_WATCHERS.c.task_id == task.id, T_WATCHERS.c.handle == author)
+        ).first()
+        is not None
+    )
+    if bool(watch) != watching:
+        changes["watch"] = bool(watch)
+        if watch:
+            n = len(conn.execute(select(T_WATCHERS).where(T_WATCHERS.c.task_id == task.id)).all())
+            if n >= MAX_WATCHERS:
+                raise InvalidField("watch", f"{task.key} already has {MAX_WATCHERS} watchers")
+
+
 def decide_update(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Decision:
     """Decide ``update_work_item`` (CO-24).
 
@@ -371,16 +405,7 @@ def decide_update(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
         if name == "url":
             value = check_url(value)
         if name == "parent":
-            new_parent = _parent(conn, value, task.project_id).id if value else None
-            if new_parent == task.id:
-                raise InvalidField("parent", "an item cannot be its own parent")
-            ancestor = new_parent
-            for _ in range(MAX_DEPTH + 1):  # walk up from the new parent: meeting this item is a cycle
-                if ancestor is None:
-                    break
-                if ancestor == task.id:
-                    raise InvalidField("parent", f"{value} is under {task.key}: that would make a cycle")
-                ancestor = find_task(conn, ancestor, field="parent").parent_id
+            new_parent = _new_parent(conn, task, value)
             if new_parent != task.parent_id:
                 changes["parent_id"] = new_parent
             continue
@@ -390,21 +415,8 @@ def decide_update(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
             changes[name] = value
     if "body" in changes and if_match is None:
         raise InvalidField("if_match", "a body change must state the version it edited (if_match)")
-    watch = args.get("watch")
     author = str(args.get("author") or "")
-    if watch is not None:
-        watching = (
-            conn.execute(
-                select(T_WATCHERS).where(T_WATCHERS.c.task_id == task.id, T_WATCHERS.c.handle == author)
-            ).first()
-            is not None
-        )
-        if bool(watch) != watching:
-            changes["watch"] = bool(watch)
-            if watch:
-                n = len(conn.execute(select(T_WATCHERS).where(T_WATCHERS.c.task_id == task.id)).all())
-                if n >= MAX_WATCHERS:
-                    raise InvalidField("watch", f"{task.key} already has {MAX_WATCHERS} watchers")
+    _watch_change(conn, task, args.get("watch"), author, changes)
     subject = object_subject("tracker", "task", task.id)
     if not changes:
         return Decision("task", task.id)
