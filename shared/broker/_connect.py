@@ -95,6 +95,61 @@ class BrokerLink:
             await self.embedded.stop()
 
 
+class _Watch:
+    """A connection's callbacks: ``state["connected"]`` across disconnects (FL-28), and a line for
+    each refused attempt before the first connection (the node is waiting)."""
+
+    def __init__(self, url: str, state: dict[str, Any]) -> None:
+        self.url = url
+        self.state = state
+        self.attempts = 0
+
+    async def on_error(self, e: Exception) -> None:
+        """Log an error at debug (nats-py prints a traceback for every refused reconnect, N11)."""
+        _log.debug("broker_connection_error", error=f"{type(e).__name__}: {e}")
+
+    async def on_disconnect(self) -> None:
+        """Mark the connection down; logged unless the process is closing it."""
+        self.state["connected"] = False
+        if not self.state.get("closing"):
+            _log.warning("broker_disconnected", url=self.url)
+
+    async def on_reconnect(self) -> None:
+        """Mark the connection up again."""
+        self.state["connected"] = True
+        _log.info("broker_reconnected", url=self.url)
+
+    async def on_connect_error(self, e: Exception) -> None:
+        """Count a refused attempt before the first connection (a line at the 1st and every 10th)."""
+        if not self.state.get("up"):
+            self.attempts += 1
+            if self.attempts == 1 or self.attempts % 10 == 0:
+                _log.warning(
+                    "broker_connect_retrying",
+                    url=self.url,
+                    attempts=self.attempts,
+                    error=f"{type(e).__name__}: {e}",
+                )
+        await self.on_error(e)
+
+
+def _auth(*, token: str, creds: str, tls_ca: str, tls_cert: str, tls_key: str) -> dict[str, Any]:
+    """The client's credential options: a token, a creds file, TLS (mutual with a cert and key)."""
+    kwargs: dict[str, Any] = {}
+    if token:
+        kwargs["token"] = token
+    if creds:
+        kwargs["user_credentials"] = creds
+    if tls_ca or tls_cert:
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=tls_ca or None)
+        if tls_cert:
+            ctx.load_cert_chain(tls_cert, tls_key)
+        kwargs["tls"] = ctx
+    return kwargs
+
+
 async def connect(
     url: str,
     *,
@@ -126,47 +181,10 @@ async def connect(
         BrokerRefused: the server's ``max_payload`` is below 8 MB.
     """
     state: dict[str, Any] = {"connected": True}
-
-    async def on_error(e: Exception) -> None:
-        # nats-py prints a traceback for every refused reconnect by default (infra-facts N11).
-        _log.debug("broker_connection_error", error=f"{type(e).__name__}: {e}")
-
-    async def on_disconnect() -> None:
-        state["connected"] = False
-        if not state.get("closing"):
-            _log.warning("broker_disconnected", url=url)
-
-    async def on_reconnect() -> None:
-        state["connected"] = True
-        _log.info("broker_reconnected", url=url)
-
+    watch = _Watch(url, state)
     servers = [u.strip() for u in url.split(",") if u.strip()]
-    kwargs: dict[str, Any] = {}
-    if token:
-        kwargs["token"] = token
-    if creds:
-        kwargs["user_credentials"] = creds
-    if tls_ca or tls_cert:
-        import ssl
-
-        ctx = ssl.create_default_context(cafile=tls_ca or None)
-        if tls_cert:
-            ctx.load_cert_chain(tls_cert, tls_key)
-        kwargs["tls"] = ctx
+    kwargs = _auth(token=token, creds=creds, tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
     deadline = time.monotonic() + timeout
-    attempts = 0
-
-    async def on_connect_error(e: Exception) -> None:
-        # before the first connection every refused attempt is worth a line: the node is waiting
-        nonlocal attempts
-        if not state.get("up"):
-            attempts += 1
-            if attempts == 1 or attempts % 10 == 0:
-                _log.warning(
-                    "broker_connect_retrying", url=url, attempts=attempts, error=f"{type(e).__name__}: {e}"
-                )
-        await on_error(e)
-
     try:
         # nats-py retries the initial connect forever with unlimited reconnects: the budget is ours
         nc = await asyncio.wait_for(
@@ -178,16 +196,16 @@ async def connect(
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=1,
                 connect_timeout=2,
-                error_cb=on_connect_error,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
+                error_cb=watch.on_connect_error,
+                disconnected_cb=watch.on_disconnect,
+                reconnected_cb=watch.on_reconnect,
                 **kwargs,
             ),
             timeout=max(0.1, deadline - time.monotonic()),
         )
     except (TimeoutError, nats.errors.NoServersError, OSError, nats.errors.Error) as e:
         raise BrokerUnreachable(
-            f"no NATS server answered at {url} within {timeout:.0f} s ({type(e).__name__} after {attempts} attempts)"
+            f"no NATS server answered at {url} within {timeout:.0f} s ({type(e).__name__} after {watch.attempts} attempts)"
         ) from None
     state["up"] = True
     if nc.max_payload < MIN_MAX_PAYLOAD:

@@ -326,6 +326,64 @@ def _arithmetic(voters: int, live: int) -> str:
     )
 
 
+def _voter(voters: list[dict[str, Any]], target_peer: str, node: str | None) -> dict[str, Any]:
+    """The metadata group's voter with peer id ``target_peer``.
+
+    Raises:
+        MembershipRefused: ``not_a_peer`` (the refusal lists the voters).
+    """
+    voter = next((v for v in voters if v["peer"] == target_peer), None)
+    if voter is None:
+        listed = ", ".join(f"{v['name']} ({v['peer']})" for v in voters)
+        what = f"node {node!r} (peer {target_peer})" if node is not None else f"peer {target_peer!r}"
+        raise MembershipRefused(
+            "not_a_peer", f"{what} is not a voter of the metadata group; voters: {listed}"
+        )
+    return voter
+
+
+def _quorum_after(voters: int, live: int, target_live: bool, target_node: str | None) -> int:
+    """Check that the group decides now and still would without the target (FL-150); returns ``live``.
+
+    Raises:
+        MembershipRefused: ``no_leader`` with the arithmetic.
+    """
+    if live < quorum(voters):
+        raise MembershipRefused(
+            "no_leader",
+            f"{_arithmetic(voters, live)}: bring enough members back first (FL-150)",
+        )
+    after_voters = voters - 1
+    after_live = live - (1 if target_live else 0)
+    if after_voters > 0 and after_live < quorum(after_voters):
+        raise MembershipRefused(
+            "no_leader",
+            f"removing live voter {target_node} would leave {after_voters} voters with {after_live} live, "
+            f"below the {quorum(after_voters)} they need to decide anything: the group could change nothing "
+            "afterwards (FL-150)",
+        )
+    return live
+
+
+def _carriers(nodes: dict[str, Any], target_peer: str, asker: str, target_node: str | None) -> list[str]:
+    """The live members that may carry the removal, the asking node first (FL-149).
+
+    Raises:
+        MembershipRefused: ``removing_self`` (none but the target).
+    """
+    carriers = sorted(n["node"] for n in nodes.values() if n["kind"] == "member" and n["peer"] != target_peer)
+    if asker in carriers:
+        carriers.remove(asker)
+        carriers.insert(0, asker)
+    if not carriers:
+        raise MembershipRefused(
+            "removing_self",
+            f"no live member other than {target_node or target_peer} can carry the removal: a member cannot "
+            "see itself dropped",
+        )
+    return carriers
+
+
 def plan_removal(
     view: dict[str, Any], *, node: str | None = None, peer: str | None = None, force: bool = False
 ) -> RemovalPlan:
@@ -359,13 +417,7 @@ def plan_removal(
         )
     target_peer = peer_id(node) if node is not None else str(peer or "")
     voters = group["peers"]
-    voter = next((v for v in voters if v["peer"] == target_peer), None)
-    if voter is None:
-        listed = ", ".join(f"{v['name']} ({v['peer']})" for v in voters)
-        what = f"node {node!r} (peer {target_peer})" if node is not None else f"peer {target_peer!r}"
-        raise MembershipRefused(
-            "not_a_peer", f"{what} is not a voter of the metadata group; voters: {listed}"
-        )
+    voter = _voter(voters, target_peer, node)
     nodes = {n["node"]: n for n in view.get("nodes", [])}
     target_node = node
     if target_node is None:
@@ -382,32 +434,10 @@ def plan_removal(
             "for a member wedged in a way that still renews its lease",
         )
     live_peers = {n["peer"] for n in nodes.values() if n["kind"] in MEMBER_KINDS}
-    live = sum(1 for v in voters if v["peer"] in live_peers)
-    if live < quorum(len(voters)):
-        raise MembershipRefused(
-            "no_leader",
-            f"{_arithmetic(len(voters), live)}: bring enough members back first (FL-150)",
-        )
-    after_voters = len(voters) - 1
-    after_live = live - (1 if target_peer in live_peers else 0)
-    if after_voters > 0 and after_live < quorum(after_voters):
-        raise MembershipRefused(
-            "no_leader",
-            f"removing live voter {target_node} would leave {after_voters} voters with {after_live} live, "
-            f"below the {quorum(after_voters)} they need to decide anything: the group could change nothing "
-            "afterwards (FL-150)",
-        )
-    carriers = sorted(n["node"] for n in nodes.values() if n["kind"] == "member" and n["peer"] != target_peer)
-    asker = str(view.get("node", ""))
-    if asker in carriers:
-        carriers.remove(asker)
-        carriers.insert(0, asker)
-    if not carriers:
-        raise MembershipRefused(
-            "removing_self",
-            f"no live member other than {target_node or target_peer} can carry the removal: a member cannot "
-            "see itself dropped",
-        )
+    live = _quorum_after(
+        len(voters), sum(1 for v in voters if v["peer"] in live_peers), target_peer in live_peers, target_node
+    )
+    carriers = _carriers(nodes, target_peer, str(view.get("node", "")), target_node)
     return RemovalPlan(
         peer=target_peer,
         node=target_node,

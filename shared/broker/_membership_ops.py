@@ -311,21 +311,7 @@ class Membership:
         if peer == peer_id(self.node_id):
             raise MembershipRefused("removing_self", f"{self.node_id} cannot carry its own removal")
         who = node or peer
-        try:
-            sysnc = await nats.connect(
-                servers=[self._client_url],
-                user=SYS_USER,
-                password=SYS_PASSWORD,
-                name=f"{self.node_id}-membership",
-                allow_reconnect=False,
-                connect_timeout=2,
-                error_cb=_quiet,
-            )
-        except (OSError, TimeoutError, nats.errors.Error) as e:
-            raise MembershipRefused(
-                "failed",
-                f"{self.node_id} could not reach its broker as the system user: {type(e).__name__}: {e}",
-            ) from None
+        sysnc = await self._system_connection()
         attempts = 0
         accepted = False
         group: dict[str, Any] | None = None
@@ -353,27 +339,32 @@ class Membership:
                     _log.info("broker_removal_reask", target=who, peer=peer, attempts=attempts)
                     await asyncio.sleep(max(0.0, min(LEADER_REASK, deadline - time.monotonic())))
                     continue
-                ans = json.loads(msg.data)
-                err = ans.get("error") if isinstance(ans, dict) else None
-                if not err:
-                    accepted = True
-                    continue
-                code = int(err.get("err_code") or 0)
-                desc = str(err.get("description") or "")
-                if code == _NOT_A_MEMBER:
-                    accepted = True  # the leader no longer counts it; this member catches up
-                elif "progress" in desc.lower() or "membership change" in desc.lower():
-                    raise MembershipRefused(
-                        "membership_changing",
-                        f"the group is already changing its membership ({desc}); read the list and try again",
-                    )
-                else:
-                    raise MembershipRefused(
-                        "failed", f"nats-server refused the removal of {who}: {desc} ({code})"
-                    )
+                accepted = _leader_took(json.loads(msg.data), who)
         finally:
             with contextlib.suppress(Exception):
                 await sysnc.close()
+
+    async def _system_connection(self) -> Client:
+        """A connection to this member's own child as the system user (no reconnects).
+
+        Raises:
+            MembershipRefused: ``failed``: the child could not be reached.
+        """
+        try:
+            return await nats.connect(
+                servers=[self._client_url],
+                user=SYS_USER,
+                password=SYS_PASSWORD,
+                name=f"{self.node_id}-membership",
+                allow_reconnect=False,
+                connect_timeout=2,
+                error_cb=_quiet,
+            )
+        except (OSError, TimeoutError, nats.errors.Error) as e:
+            raise MembershipRefused(
+                "failed",
+                f"{self.node_id} could not reach its broker as the system user: {type(e).__name__}: {e}",
+            ) from None
 
     def _out_of_time(
         self, who: str, peer: str, group: dict[str, Any] | None, *, accepted: bool, attempts: int
@@ -457,3 +448,24 @@ class MembershipResponder(Responder):
                 "error": {"code": "failed", "detail": f"{type(e).__name__}: {e}"},
             }
         await self.respond(msg, _encode(ans))
+
+
+def _leader_took(ans: Any, who: str) -> bool:
+    """Read the leader's answer to a removal: True when it took it (or no longer counts the voter).
+
+    Raises:
+        MembershipRefused: ``membership_changing`` (another change is in progress), ``failed``.
+    """
+    err = ans.get("error") if isinstance(ans, dict) else None
+    if not err:
+        return True
+    code = int(err.get("err_code") or 0)
+    desc = str(err.get("description") or "")
+    if code == _NOT_A_MEMBER:
+        return True  # the leader no longer counts it; this member catches up
+    if "progress" in desc.lower() or "membership change" in desc.lower():
+        raise MembershipRefused(
+            "membership_changing",
+            f"the group is already changing its membership ({desc}); read the list and try again",
+        )
+    raise MembershipRefused("failed", f"nats-server refused the removal of {who}: {desc} ({code})")

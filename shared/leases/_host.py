@@ -36,9 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -47,6 +45,17 @@ import anyio
 from shared import logs
 from shared.coordination import Coordination, CoordinationUnavailable
 
+from ._host_loops import heartbeat_loop, renew_lead, sweep_loop
+from ._host_state import (
+    AcquireHook,
+    HeldSeat,
+    QuiesceHook,
+    ReleaseHook,
+    ResumeHook,
+    Undead,
+    noop,
+    tend_undead,
+)
 from ._placement import FENCED_REASONS, ClaimAll, PlacementPolicy, ReleaseReason
 from ._seat import Grant, SeatLeases
 
@@ -54,33 +63,7 @@ __all__ = ["SeatHost"]
 
 _log = logs.get("seat.host")
 
-_UNDEAD_ALARM_BEATS = 20  # FL-68: re-raise the alarm every 20 heartbeats (5 min at TTL 45 s)
 _SWEEP_INTERVAL = 5.0  # FL-56: seconds between placement sweeps
-
-AcquireHook = Callable[[str, int], Awaitable[None]]
-ReleaseHook = Callable[[str, str], Awaitable[None]]
-QuiesceHook = Callable[[str], Awaitable[None]]
-ResumeHook = Callable[[str, int], Awaitable[None]]
-
-
-async def _noop(*_: Any) -> None:
-    return None
-
-
-@dataclass
-class _Seat:
-    grant: Grant
-    ready: bool = False  # on_acquire returned
-    quiesced: bool = False  # an unknown renew since the last good one (FL-73)
-    releasing: bool = False  # a voluntary release is tearing it down
-
-
-@dataclass
-class _Undead:
-    grant: Grant | None  # None once the lease itself was lost
-    reason: str
-    since: float
-    beats: int = 0
 
 
 class SeatHost:
@@ -128,17 +111,17 @@ class SeatHost:
         )
         self._ttl = ttl.total_seconds()
         self._hb = self._ttl / 3
-        self._on_acquire: AcquireHook = on_acquire or _noop
-        self._on_release: ReleaseHook = on_release or _noop
-        self._on_quiesce: QuiesceHook = on_quiesce or _noop
-        self._on_resume: ResumeHook = on_resume or _noop
+        self._on_acquire: AcquireHook = on_acquire or noop
+        self._on_release: ReleaseHook = on_release or noop
+        self._on_quiesce: QuiesceHook = on_quiesce or noop
+        self._on_resume: ResumeHook = on_resume or noop
         self._policy: PlacementPolicy = policy or ClaimAll()
         self._sweep_interval = sweep_interval
         self._clock = clock
-        self._on_released: ReleaseHook = on_released or _noop
+        self._on_released: ReleaseHook = on_released or noop
         self._nudged = asyncio.Event()
-        self._held: dict[str, _Seat] = {}
-        self._undead: dict[str, _Undead] = {}
+        self._held: dict[str, HeldSeat] = {}
+        self._undead: dict[str, Undead] = {}
         self._backoff: dict[str, float] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._seats: list[str] = []
@@ -255,7 +238,7 @@ class SeatHost:
             grant = await self._leases.acquire(handle)
             if grant is None:
                 return None
-            seat = self._held[handle] = _Seat(grant)
+            seat = self._held[handle] = HeldSeat(grant)
             self.last_claim = self._clock()
         _log.info("seat_claimed", seat=handle, epoch=grant.epoch)
         try:
@@ -286,7 +269,13 @@ class SeatHost:
         """
         handles = list(self._held)
         results = await asyncio.gather(*(self._renew(h) for h in handles))
-        await self._tend_undead()
+        await tend_undead(
+            self._undead,
+            leases=self._leases,
+            on_release=self._on_release,
+            give_up=self._give_up,
+            clock=self._clock,
+        )
         return dict(zip(handles, results, strict=True))
 
     async def _renew(self, handle: str) -> bool | None:
@@ -335,7 +324,7 @@ class SeatHost:
         return None
 
     async def _lose(
-        self, handle: str, seat: _Seat, reason: str, *, detail: str = "", delete: bool = False
+        self, handle: str, seat: HeldSeat, reason: str, *, detail: str = "", delete: bool = False
     ) -> None:
         if self._held.get(handle) is not seat:
             return
@@ -396,7 +385,7 @@ class SeatHost:
         except Exception as e:  # noqa: BLE001 - teardown unproven: keep the lease (FL-68)
             if self._held.get(handle) is seat:
                 del self._held[handle]
-            self._undead[handle] = _Undead(seat.grant, reason, self._clock())
+            self._undead[handle] = Undead(seat.grant, reason, self._clock())
             _log.error(
                 "seat_teardown_unproven",
                 seat=handle,
@@ -428,30 +417,6 @@ class SeatHost:
             except CoordinationUnavailable as e:  # it lapses at the TTL on its own
                 _log.warning("seat_release_unknown", seat=handle, epoch=grant.epoch, error=str(e))
         _log.info("seat_released", seat=handle, epoch=grant.epoch, reason=reason)
-
-    async def _tend_undead(self) -> None:
-        for handle, undead in list(self._undead.items()):
-            undead.beats += 1
-            if undead.grant is not None:
-                try:
-                    undead.grant = await self._leases.renew(undead.grant)
-                except CoordinationUnavailable:
-                    pass  # keep trying; it may lapse if the store stays away
-            try:
-                await self._on_release(handle, undead.reason)
-            except Exception as e:  # noqa: BLE001
-                if undead.beats % _UNDEAD_ALARM_BEATS == 0:
-                    _log.error(
-                        "seat_teardown_unproven",
-                        seat=handle,
-                        reason=undead.reason,
-                        unproven_seconds=round(self._clock() - undead.since, 3),
-                        error=f"{type(e).__name__}: {e}",
-                    )
-                continue
-            del self._undead[handle]
-            if undead.grant is not None:
-                await self._give_up(handle, undead.grant, undead.reason)
 
     # -- placement ---------------------------------------------------------------------------
 
@@ -486,59 +451,23 @@ class SeatHost:
     # -- loops -------------------------------------------------------------------------------
 
     def renew_lead(self, costs: Sequence[float]) -> float:
-        """How early (seconds) a heartbeat starts before the last renew's admission window closes.
-
-        FL-72 admits a turn only while the last renew was *sent* within one heartbeat, and a renew
-        counts from when it is sent, so a renew must start, and finish, before that window closes,
-        or admission and the in-turn fence (FL-74) flap for the length of its round trip. The
-        lead is twice the slowest of the recent heartbeats' costs (``costs``: seconds from when the
-        heartbeat was due to when its renewals returned, so event-loop lag counts too), at least
-        min(0.5 s, a quarter of the heartbeat) and at most a quarter of the heartbeat: the heartbeat
-        still runs every TTL/3 (FL-52) give or take that lead. Measured before this: at 128 turns in
-        flight on one event loop (bench 5c) a fixed 0.5 s lead fenced about one turn in ten, and a
-        test node's 3 s TTL (a 50 ms lead) fenced turns whenever its loop lagged 50 ms on a busy
-        machine. With the default TTL (45 s) the lead is 0.5–3.75 s.
-        """
-        floor = min(0.5, self._hb * 0.25)
-        return min(self._hb * 0.25, max(floor, 2 * max(costs, default=0.0)))
-
-    async def _heartbeat_loop(self) -> None:
-        # A fixed-rate schedule counted from when each heartbeat started (not from when it
-        # finished), started early by renew_lead() so a slow round trip or a busy loop does not
-        # let the FL-72 window lapse between two renewals.
-        costs: deque[float] = deque(maxlen=5)
-        due = self._clock() + self._hb - self.renew_lead(costs)
-        while True:
-            await asyncio.sleep(max(0.0, due - self._clock()))
-            started = self._clock()
-            try:
-                await self.renew_all()
-            except Exception as e:  # noqa: BLE001 - the heartbeat must outlive any one failure
-                _log.error("seat_heartbeat_failed", error=f"{type(e).__name__}: {e}")
-            costs.append(max(0.0, self._clock() - due))
-            due = started + self._hb - self.renew_lead(costs)
-
-    async def _sweep_loop(self) -> None:
-        while not self._stopping:
-            try:
-                await self.sweep()
-            except CoordinationUnavailable as e:  # unknown: skip this sweep, keep what is held
-                _log.warning("seat_sweep_unknown", error=str(e))
-            except Exception as e:  # noqa: BLE001 - the sweep must outlive any one failure
-                _log.error("seat_sweep_failed", error=f"{type(e).__name__}: {e}")
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._nudged.wait(), self._sweep_interval)
-            self._nudged.clear()
-        # Ends by the flag, not only by cancel: on Python 3.11 a cancel that meets a nudge
-        # completing the wait_for can be swallowed, and the drain would wait for this loop for good.
+        """How early (seconds) a heartbeat starts before admission's window closes: :func:`renew_lead`."""
+        return renew_lead(self._hb, costs)
 
     def start(self) -> None:
         """Start the heartbeat (every TTL/3, FL-52) and placement sweep (FL-56) loops."""
         if not self._tasks:
             self._stopping = False
+            beat = heartbeat_loop(self.renew_all, heartbeat=self._hb, clock=self._clock)
+            sweep = sweep_loop(
+                self.sweep,
+                nudged=self._nudged,
+                interval=self._sweep_interval,
+                stopping=lambda: self._stopping,
+            )
             self._tasks = [
-                asyncio.create_task(self._heartbeat_loop(), name="seat-heartbeat"),
-                asyncio.create_task(self._sweep_loop(), name="seat-sweep"),
+                asyncio.create_task(beat, name="seat-heartbeat"),
+                asyncio.create_task(sweep, name="seat-sweep"),
             ]
 
     async def stop(self, *, reason: ReleaseReason = "drain") -> None:

@@ -100,6 +100,32 @@ def _retrieve(task: asyncio.Future[tuple[EpochRecord, int]]) -> None:
         task.exception()
 
 
+@dataclass(frozen=True)
+class _Settled:
+    """A claim that ended in step 1: our own hold re-confirmed (its grant), or None (another owner)."""
+
+    grant: Grant | None
+
+
+class _Rounds:
+    """The compare-and-set rounds one claim may spend across its three steps (FL-50)."""
+
+    def __init__(self, resource: str, limit: int) -> None:
+        self.resource = resource
+        self.limit = limit
+        self.spent = 0
+
+    def spend(self) -> None:
+        """Count one round.
+
+        Raises:
+            LeaseContention: more than ``limit`` rounds.
+        """
+        self.spent += 1
+        if self.spent > self.limit:
+            raise LeaseContention(self.resource, self.limit)
+
+
 class SeatLeases:
     """The seat lease operations of one owner incarnation (FL-48..FL-51).
 
@@ -211,27 +237,34 @@ class SeatLeases:
     async def _claim(
         self, handle: str, nonce: str, counter: asyncio.Future[tuple[EpochRecord, int]] | None
     ) -> Grant | None:
-        resource = f"seat:{handle}"
-        key = key_of(resource)
-        spent = 0
+        rounds = _Rounds(f"seat:{handle}", self._rounds)
+        claimed = await self._claiming(handle, nonce, rounds)
+        if isinstance(claimed, _Settled):
+            return claimed.grant
+        epoch = await self._advance(handle, nonce, counter, rounds)
+        return await self._commit(handle, nonce, epoch, claimed, rounds)
+
+    async def _claiming(self, handle: str, nonce: str, rounds: _Rounds) -> int | _Settled:
+        """Step 1: the ownership key in a CLAIMING state; its revision, or how the claim settled.
+
+        The first round creates it without reading first: a free seat (what a sweep claims) then
+        costs the three writes of FL-50. A create refused (the key exists) or unknown leaves the
+        revision 0 for the read below, which decides as before: somebody else's record, our own
+        hold, or our own landed write.
+        """
+        key = key_of(rounds.resource)
         claim_rev = 0
-        # Step 1: the ownership key in a CLAIMING state. The first round creates it without reading
-        # first: a free seat (what a sweep claims) then costs the three writes of FL-50. A create
-        # refused (the key exists) or unknown leaves claim_rev 0 for the read below, which decides
-        # as before: somebody else's record, our own hold, or our own landed write.
         with contextlib.suppress(RevisionConflict, OutcomeUnknown):
             claim_rev = await self._coord.create("leases", key, self._record(handle, 0, nonce))
         while claim_rev == 0:
-            spent += 1
-            if spent > self._rounds:
-                raise LeaseContention(resource, self._rounds)
+            rounds.spend()
             entry = await self._coord.get("leases", key)
             if entry is not None:
                 rec = LeaseRecord.decode(key, entry.value)
                 if rec.owner != self._owner:
-                    return None  # another owner holds it (or is claiming it)
+                    return _Settled(None)  # another owner holds it (or is claiming it)
                 if rec.epoch > 0:  # our own unbroken hold: it keeps its epoch (FL-50)
-                    return await self._adopt(handle, rec.epoch, entry.revision, spent)
+                    return _Settled(await self._adopt(handle, rec.epoch, entry.revision, rounds.spent))
                 theirs = str(rec.meta.get("claim", ""))
                 if theirs != nonce and theirs in self._inflight.get(handle, ()):
                     await asyncio.sleep(_SIBLING_WAIT)  # a sibling claim of ours runs: retry, never take over
@@ -249,18 +282,26 @@ class SeatLeases:
                 claim_rev = await self._coord.create("leases", key, self._record(handle, 0, nonce))
             except (RevisionConflict, OutcomeUnknown):
                 continue  # the re-read decides: somebody else's, or our own landed write
-        # Step 2: advance the counter; only the winner of step 1 gets here.
+        return claim_rev
+
+    async def _advance(
+        self,
+        handle: str,
+        nonce: str,
+        counter: asyncio.Future[tuple[EpochRecord, int]] | None,
+        rounds: _Rounds,
+    ) -> int:
+        """Step 2: advance the epoch counter; only the winner of step 1 gets here. Returns the epoch."""
+        key = key_of(rounds.resource)
         epoch = 0
         while epoch == 0:
-            spent += 1
-            if spent > self._rounds:
-                raise LeaseContention(resource, self._rounds)
+            rounds.spend()
             read: tuple[EpochRecord, int] | None = None
             if counter is not None:  # the first round: the read sent beside step 1
                 prefetched, counter = counter, None
                 with contextlib.suppress(CoordinationUnavailable):  # failed early: read again now
                     read = await prefetched
-            current, counter_rev = read or await read_epoch(self._coord, resource)
+            current, counter_rev = read or await read_epoch(self._coord, rounds.resource)
             if current.owner == self._owner and current.claim == nonce:
                 epoch = current.epoch  # our own write whose reply was lost
                 break
@@ -270,11 +311,15 @@ class SeatLeases:
             except (RevisionConflict, OutcomeUnknown):
                 continue
             epoch = nxt.epoch
-        # Step 3: commit the epoch into the ownership record at step 1's revision.
+        return epoch
+
+    async def _commit(
+        self, handle: str, nonce: str, epoch: int, claim_rev: int, rounds: _Rounds
+    ) -> Grant | None:
+        """Step 3: commit the epoch into the ownership record at step 1's revision."""
+        key = key_of(rounds.resource)
         while True:
-            spent += 1
-            if spent > self._rounds:
-                raise LeaseContention(resource, self._rounds)
+            rounds.spend()
             sent = self._clock()
             try:
                 rev = await self._coord.update("leases", key, self._record(handle, epoch), revision=claim_rev)
@@ -288,7 +333,7 @@ class SeatLeases:
             if rec.owner != self._owner:
                 return None
             if rec.epoch == epoch:  # our commit landed; confirm with a write whose reply we see
-                return await self._adopt(handle, epoch, entry.revision, spent)
+                return await self._adopt(handle, epoch, entry.revision, rounds.spent)
             if rec.epoch != 0 or rec.meta.get("claim") != nonce:
                 return None
             claim_rev = entry.revision

@@ -44,17 +44,15 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 
 from shared import logs
 
+from ._answers import call_error, garbage_text, leaf, short, tool_result
 from ._child import child_environment, kill_group, launcher_args, pid_alive, read_lines
 from ._errors import (
-    McpCallFailed,
     McpCallTimedOut,
     McpServerGarbage,
     McpServerUnavailable,
-    McpToolReturnedError,
 )
 from ._launcher import PID_LINE_PREFIX
 from ._resolve import ResolvedServer
@@ -68,7 +66,6 @@ exited) | ``stopped``."""
 _STDERR_TAIL_LINES = 20
 _REASON_TAIL_LINES = 5
 _MAX_TOOL_PAGES = 50
-_TEXT_LIMIT = 300
 _REASON_LIMIT = 800
 _STOP_BUDGET_SECONDS = 10.0
 _STDERR_DRAIN_SECONDS = 1.0
@@ -80,24 +77,6 @@ _log = logs.get("mcp")
 
 class _StartRefused(Exception):
     """The start stopped before spawning (command not found); the message is the reason."""
-
-
-def _short(text: str, limit: int = _TEXT_LIMIT) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _garbage_text(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        with contextlib.suppress(Exception):
-            return _short(repr(exc.errors()[0].get("input")), 200)
-    return _short(f"{type(exc).__name__}: {exc}", 200)
 
 
 class McpServerSession:
@@ -162,7 +141,7 @@ class McpServerSession:
 
     def _tail_text(self) -> str:
         lines = [line for line in self._tail if line.strip()][-_REASON_TAIL_LINES:]
-        return "; last stderr: " + " | ".join(_short(line, 200) for line in lines) if lines else ""
+        return "; last stderr: " + " | ".join(short(line, 200) for line in lines) if lines else ""
 
     def _garbage_note(self) -> str:
         if not self._garbage:
@@ -226,7 +205,7 @@ class McpServerSession:
         starting = self.state in ("new", "starting")
         self.state = "failed"
         self.lost_mid_session = not starting
-        self.error = _short(reason, _REASON_LIMIT)  # it travels on every heartbeat (FL-46)
+        self.error = short(reason, _REASON_LIMIT)  # it travels on every heartbeat (FL-46)
         self._wake.set()
         event = "mcp_server_failed" if starting else "mcp_server_exited"
         _log.warning(
@@ -306,19 +285,21 @@ class McpServerSession:
         return tools
 
     def _explain(self, exc: BaseException) -> str:
-        leaf = _leaf(exc)
-        if isinstance(leaf, _StartRefused):
-            return str(leaf)
-        if isinstance(leaf, MCPError) and leaf.code == mcp_types.CONNECTION_CLOSED:
+        failure = leaf(exc)
+        if isinstance(failure, _StartRefused):
+            return str(failure)
+        if isinstance(failure, MCPError) and failure.code == mcp_types.CONNECTION_CLOSED:
             if self.state == "starting":
                 what = "exited" if self.server.transport == "stdio" else "closed the connection"
                 return f"{what} before answering {self._phase}{self._garbage_note()}{self._tail_text()}"
             return f"the connection closed{self._tail_text()}"
-        if isinstance(leaf, MCPError):
-            return f"answered {self._phase} with an error: {_short(leaf.message)}{self._tail_text()}"
-        if isinstance(leaf, OSError) and self.server.transport == "stdio":
-            return f"could not be spawned: {leaf}"
-        return f"failed during {self._phase}: {type(leaf).__name__}: {_short(str(leaf))}{self._tail_text()}"
+        if isinstance(failure, MCPError):
+            return f"answered {self._phase} with an error: {short(failure.message)}{self._tail_text()}"
+        if isinstance(failure, OSError) and self.server.transport == "stdio":
+            return f"could not be spawned: {failure}"
+        return (
+            f"failed during {self._phase}: {type(failure).__name__}: {short(str(failure))}{self._tail_text()}"
+        )
 
     # --- stderr and stdout faults -----------------------------------------------------------
 
@@ -359,7 +340,7 @@ class McpServerSession:
     async def _on_message(self, message: Any) -> None:
         if not isinstance(message, Exception):
             return
-        text = _garbage_text(message)
+        text = garbage_text(message)
         self._garbage.append(text)
         _log.warning("mcp_server_garbage", **self._fields(), output=text)
         what = (
@@ -428,20 +409,9 @@ class McpServerSession:
     def _result_of(self, tool: str, task: asyncio.Future[Any]) -> mcp_types.CallToolResult:
         exc = task.exception()
         if exc is None:
-            result = task.result()
-            if not isinstance(result, mcp_types.CallToolResult):
-                raise McpCallFailed(
-                    f"MCP server {self.name!r} answered {tool} with an unexpected result", server=self.name
-                )
-            if result.is_error:
-                text = " ".join(b.text for b in result.content if isinstance(b, mcp_types.TextContent))
-                raise McpToolReturnedError(
-                    f"{tool} (MCP server {self.name!r}) failed: {_short(text) or 'no message'}",
-                    server=self.name,
-                )
-            return result
-        leaf = _leaf(exc)
-        if isinstance(leaf, MCPError) and leaf.code == mcp_types.CONNECTION_CLOSED:
+            return tool_result(self.name, tool, task.result())
+        failure = leaf(exc)
+        if isinstance(failure, MCPError) and failure.code == mcp_types.CONNECTION_CLOSED:
             if self._stopping:
                 raise McpServerUnavailable(
                     f"{self._unavailable_text()} (during the call to {tool})", server=self.name
@@ -454,20 +424,7 @@ class McpServerSession:
                 f"MCP server {self.name!r} closed the connection during the call to {tool}{self._tail_text()}",
                 server=self.name,
             )
-        if isinstance(leaf, MCPError) and leaf.code == mcp_types.REQUEST_TIMEOUT:
-            limit = self.server.request_timeout_seconds
-            raise McpCallTimedOut(
-                f"MCP server {self.name!r} did not answer {tool} within {limit:g} s", server=self.name
-            )
-        if isinstance(leaf, MCPError):
-            raise McpCallFailed(
-                f"MCP server {self.name!r} refused {tool}: {_short(leaf.message)} (code {leaf.code})",
-                server=self.name,
-            )
-        raise McpCallFailed(
-            f"MCP server {self.name!r} failed on {tool}: {type(leaf).__name__}: {_short(str(leaf))}",
-            server=self.name,
-        )
+        raise call_error(self.name, tool, failure, limit=self.server.request_timeout_seconds)
 
     def _unavailable_text(self) -> str:
         if self.state == "failed":

@@ -240,6 +240,62 @@ class NatsObjectStore(ObjectStore):
         """Nothing to release: the connection belongs to the broker link."""
 
 
+async def _open_reader(
+    js: JetStreamContext, stream: str, subject: str, key: str
+) -> tuple[str, JetStreamContext.PullSubscription]:
+    """An ephemeral pull consumer over one object's chunks (memory, no acks, gone after 30 s idle).
+
+    Returns:
+        ``(consumer name, its pull subscription)``.
+
+    Raises:
+        ObjectStoreUnavailable: the broker failed.
+    """
+    consumer = f"crewlet-read-{NUID().next().decode()}"
+    config = api.ConsumerConfig(
+        name=consumer,
+        filter_subject=subject,
+        ack_policy=api.AckPolicy.NONE,
+        deliver_policy=api.DeliverPolicy.ALL,
+        mem_storage=True,
+        num_replicas=1,
+        inactive_threshold=30.0,
+    )
+    try:
+        await js.add_consumer(stream, config=config)
+        psub = await js.pull_subscribe_bind(consumer, stream=stream)
+    except _NATS_ERRORS as e:
+        raise _unavailable(e, f"opening {key!r} for reading") from None
+    return consumer, psub
+
+
+async def _fetch(psub: JetStreamContext.PullSubscription, key: str) -> tuple[list[bytes], int]:
+    """The next window of chunks and how many remain pending; ``([], 0)`` when none are left.
+
+    Raises:
+        ObjectStoreUnavailable: three pulls in a row brought nothing while more is pending.
+    """
+    for attempt in range(3):
+        try:
+            msgs = await psub.fetch(READ_WINDOW, timeout=_FETCH_TIMEOUT)
+        except nats.js.errors.ServiceUnavailableError:
+            # a 503 on the first pulls of a just-made consumer (seen right after a fleet restart,
+            # while the bucket's stream settles): nothing was read yet, so asking again is safe
+            await asyncio.sleep(0.25 * (2**attempt))
+            continue
+        except nats.errors.TimeoutError:
+            # nothing came: either every chunk is read (the object lost some) or the server is slow
+            info = await psub.consumer_info()
+            if not info.num_pending:
+                return [], 0
+            continue
+        return [bytes(m.data) for m in msgs], int(msgs[-1].metadata.num_pending)
+    raise ObjectStoreUnavailable(
+        f"nats object store: reading {key!r}: no chunk arrived in "
+        f"{3 * _FETCH_TIMEOUT:.0f} s while the consumer reports more pending"
+    )
+
+
 async def _read_chunks(
     js: JetStreamContext, stream: str, subject: str, *, key: str, size: int, sha256: str
 ) -> AsyncIterator[bytes]:
@@ -267,48 +323,12 @@ async def _read_chunks(
         if sha256 != digest.hexdigest():
             raise ObjectCorrupt(key, expected=(size, sha256), actual=(0, digest.hexdigest()))
         return
-    consumer = f"crewlet-read-{NUID().next().decode()}"
-    config = api.ConsumerConfig(
-        name=consumer,
-        filter_subject=subject,
-        ack_policy=api.AckPolicy.NONE,
-        deliver_policy=api.DeliverPolicy.ALL,
-        mem_storage=True,
-        num_replicas=1,
-        inactive_threshold=30.0,
-    )
-    try:
-        await js.add_consumer(stream, config=config)
-        psub = await js.pull_subscribe_bind(consumer, stream=stream)
-    except _NATS_ERRORS as e:
-        raise _unavailable(e, f"opening {key!r} for reading") from None
-
-    async def fetch() -> tuple[list[bytes], int]:
-        for attempt in range(3):
-            try:
-                msgs = await psub.fetch(READ_WINDOW, timeout=_FETCH_TIMEOUT)
-            except nats.js.errors.ServiceUnavailableError:
-                # a 503 on the first pulls of a just-made consumer (seen right after a fleet restart,
-                # while the bucket's stream settles): nothing was read yet, so asking again is safe
-                await asyncio.sleep(0.25 * (2**attempt))
-                continue
-            except nats.errors.TimeoutError:
-                # nothing came: either every chunk is read (the object lost some) or the server is slow
-                info = await psub.consumer_info()
-                if not info.num_pending:
-                    return [], 0
-                continue
-            return [bytes(m.data) for m in msgs], int(msgs[-1].metadata.num_pending)
-        raise ObjectStoreUnavailable(
-            f"nats object store: reading {key!r}: no chunk arrived in "
-            f"{3 * _FETCH_TIMEOUT:.0f} s while the consumer reports more pending"
-        )
-
+    consumer, psub = await _open_reader(js, stream, subject, key)
     ahead: asyncio.Task[tuple[list[bytes], int]] | None = None
     try:
-        batch, pending = await fetch()
+        batch, pending = await _fetch(psub, key)
         while batch:
-            ahead = asyncio.ensure_future(fetch()) if pending else None
+            ahead = asyncio.ensure_future(_fetch(psub, key)) if pending else None
             for chunk in batch:
                 read += len(chunk)
                 digest.update(chunk)

@@ -54,6 +54,24 @@ class EstateCalls(abc.ABC):
     ) -> Any:
         """See :meth:`shared.router.EstateRouter.call`."""
 
+    async def _run(self, op: str, fields: dict[str, Any], **route: Any) -> dict[str, Any]:
+        """The one call path of every named operation: drop the unset fields, route, type the answer.
+
+        Args:
+            op: An operation of :data:`shared.estate.OPS`.
+            fields: Its arguments; a None value is left out (the operation's default holds).
+            route: What :meth:`call` takes besides (``op_id``, ``read_level``, ``min_position``,
+                ``node``), passed on only when the method names it.
+
+        Returns:
+            The operation's ``{"data", "meta"}`` (read) or ``{"outcome", ...}`` (write) answer.
+
+        Raises:
+            EstateUsageError, OutcomeUnknown, NobodyAnswered: see :meth:`call`.
+        """
+        result: dict[str, Any] = await self.call(op, _drop_none(fields), **route)
+        return result
+
     # -- tracker (CO-24) -------------------------------------------------------------------
 
     async def list_work_items(
@@ -82,7 +100,8 @@ class EstateCalls(abc.ABC):
 
         .. versionchanged:: 0.1 ``external`` (issue 10).
         """
-        args = _drop_none(
+        return await self._run(
+            "work.list",
             {
                 "project": project,
                 "status": status,
@@ -93,12 +112,10 @@ class EstateCalls(abc.ABC):
                 "external": external,
                 "limit": limit,
                 "offset": offset,
-            }
+            },
+            read_level=read_level,
+            min_position=min_position,
         )
-        result: dict[str, Any] = await self.call(
-            "work.list", args, read_level=read_level, min_position=min_position
-        )
-        return result
 
     async def get_work_item(
         self, key: str, *, read_level: ReadLevel = "stale", min_position: str | None = None
@@ -108,10 +125,7 @@ class EstateCalls(abc.ABC):
         Raises:
             InvalidField: malformed key; NotFound: unknown item; NobodyAnswered.
         """
-        result: dict[str, Any] = await self.call(
-            "work.get", {"key": key}, read_level=read_level, min_position=min_position
-        )
-        return result
+        return await self._run("work.get", {"key": key}, read_level=read_level, min_position=min_position)
 
     async def create_work_item(
         self,
@@ -151,7 +165,8 @@ class EstateCalls(abc.ABC):
 
         .. versionchanged:: 0.1 ``external``, ``url``, ``labels`` and outcome ``existing`` (issue 10).
         """
-        args = _drop_none(
+        return await self._run(
+            "work.create",
             {
                 "project": project,
                 "title": title,
@@ -165,10 +180,9 @@ class EstateCalls(abc.ABC):
                 "labels": labels,
                 "author": author,
                 "author_kind": author_kind,
-            }
+            },
+            op_id=op_id,
         )
-        result: dict[str, Any] = await self.call("work.create", args, op_id=op_id)
-        return result
 
     async def update_work_item(
         self,
@@ -204,7 +218,8 @@ class EstateCalls(abc.ABC):
 
         .. versionchanged:: 0.1 ``labels``, ``url`` and status ``reopened`` (issue 10).
         """
-        args = _drop_none(
+        return await self._run(
+            "work.update",
             {
                 "key": key,
                 "if_match": if_match,
@@ -221,10 +236,9 @@ class EstateCalls(abc.ABC):
                 "url": url,
                 "author": author,
                 "author_kind": author_kind,
-            }
+            },
+            op_id=op_id,
         )
-        result: dict[str, Any] = await self.call("work.update", args, op_id=op_id)
-        return result
 
     async def comment_on_work_item(
         self,
@@ -240,22 +254,19 @@ class EstateCalls(abc.ABC):
         Raises:
             InvalidField, NotFound, TooLarge; OutcomeUnknown; NobodyAnswered.
         """
-        result: dict[str, Any] = await self.call(
+        return await self._run(
             "work.comment",
             {"key": key, "body": body, "author": author, "author_kind": author_kind},
             op_id=op_id,
         )
-        return result
 
     async def get_work_catalogue(self, project: str | None = None) -> dict[str, Any]:
         """``get_work_catalogue{project?}``: types, statuses, priorities, projects."""
-        result: dict[str, Any] = await self.call("work.catalogue", _drop_none({"project": project}))
-        return result
+        return await self._run("work.catalogue", {"project": project})
 
     async def list_projects(self) -> dict[str, Any]:
         """Every project with its counts."""
-        result: dict[str, Any] = await self.call("projects.list", {})
-        return result
+        return await self._run("projects.list", {})
 
     # -- knowledge (CO-25) -----------------------------------------------------------------
 
@@ -277,7 +288,8 @@ class EstateCalls(abc.ABC):
             InvalidField, NotFound, TooLarge (body over 1 MiB), VersionConflict; OutcomeUnknown (never
             resent, ES-35); NobodyAnswered.
         """
-        args = _drop_none(
+        return await self._run(
+            "pages.write",
             {
                 "space": space,
                 "title": title,
@@ -286,10 +298,9 @@ class EstateCalls(abc.ABC):
                 "if_match": if_match,
                 "author": author,
                 "author_kind": author_kind,
-            }
+            },
+            op_id=op_id,
         )
-        result: dict[str, Any] = await self.call("pages.write", args, op_id=op_id)
-        return result
 
     async def get_page(
         self,
@@ -305,13 +316,12 @@ class EstateCalls(abc.ABC):
         Raises:
             InvalidField, NotFound; NobodyAnswered.
         """
-        result: dict[str, Any] = await self.call(
+        return await self._run(
             "pages.get",
-            _drop_none({"page_id": page_id, "space": space, "title": title}),
+            {"page_id": page_id, "space": space, "title": title},
             read_level=read_level,
             min_position=min_position,
         )
-        return result
 
     async def list_pages(
         self,
@@ -323,13 +333,12 @@ class EstateCalls(abc.ABC):
         min_position: str | None = None,
     ) -> dict[str, Any]:
         """``list_pages{space?, limit}``."""
-        result: dict[str, Any] = await self.call(
+        return await self._run(
             "pages.list",
-            _drop_none({"space": space, "limit": limit, "offset": offset}),
+            {"space": space, "limit": limit, "offset": offset},
             read_level=read_level,
             min_position=min_position,
         )
-        return result
 
     async def search_knowledge(
         self, query: str, *, space: str | None = None, limit: int = 5, min_position: str | None = None
@@ -354,12 +363,11 @@ class EstateCalls(abc.ABC):
             EstateUsageError: the query itself is wrong (empty, unknown space) — a caller's mistake.
         """
         try:
-            result: dict[str, Any] = await self.call(
+            return await self._run(
                 "pages.search",
-                _drop_none({"query": query, "space": space, "limit": limit}),
+                {"query": query, "space": space, "limit": limit},
                 min_position=min_position,
             )
-            return result
         except NobodyAnswered as e:
             return failed_search(str(e))
         except (RouterError, EstateError) as e:
@@ -369,8 +377,7 @@ class EstateCalls(abc.ABC):
 
     async def list_spaces(self) -> dict[str, Any]:
         """Every knowledge space."""
-        result: dict[str, Any] = await self.call("spaces.list", {})
-        return result
+        return await self._run("spaces.list", {})
 
     # -- file rows (CO-26, ES-74) ----------------------------------------------------------------
 
@@ -378,10 +385,9 @@ class EstateCalls(abc.ABC):
         self, project: str, *, prefix: str | None = None, min_position: str | None = None
     ) -> dict[str, Any]:
         """``list_files{project, prefix?}``: the current row of every file."""
-        result: dict[str, Any] = await self.call(
-            "files.list", _drop_none({"project": project, "prefix": prefix}), min_position=min_position
+        return await self._run(
+            "files.list", {"project": project, "prefix": prefix}, min_position=min_position
         )
-        return result
 
     async def get_file_row(
         self, project: str, path: str, *, version: int | None = None, min_position: str | None = None
@@ -391,12 +397,11 @@ class EstateCalls(abc.ABC):
         Raises:
             InvalidField (``path``), NotFound; NobodyAnswered.
         """
-        result: dict[str, Any] = await self.call(
+        return await self._run(
             "files.get",
-            _drop_none({"project": project, "path": path, "version": version}),
+            {"project": project, "path": path, "version": version},
             min_position=min_position,
         )
-        return result
 
     async def put_file_row(
         self,
@@ -417,7 +422,8 @@ class EstateCalls(abc.ABC):
         Raises:
             InvalidField, NotFound, VersionConflict; OutcomeUnknown; NobodyAnswered.
         """
-        args = _drop_none(
+        return await self._run(
+            "files.put",
             {
                 "project": project,
                 "path": path,
@@ -428,19 +434,16 @@ class EstateCalls(abc.ABC):
                 "if_match": if_match,
                 "author": author,
                 "author_kind": author_kind,
-            }
+            },
+            op_id=op_id,
         )
-        result: dict[str, Any] = await self.call("files.put", args, op_id=op_id)
-        return result
 
     # -- admin ----------------------------------------------------------------------------------
 
     async def estate_status(self, node: str) -> dict[str, Any]:
         """Ask one data node how far its copy is."""
-        result: dict[str, Any] = await self.call("estate.status", {}, node=node)
-        return result
+        return await self._run("estate.status", {}, node=node)
 
     async def estate_digest(self, node: str) -> dict[str, Any]:
         """Ask one data node for a digest of its copy's rows (ES-1 checks compare them)."""
-        result: dict[str, Any] = await self.call("estate.digest", {}, node=node)
-        return result
+        return await self._run("estate.digest", {}, node=node)

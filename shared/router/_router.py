@@ -35,7 +35,8 @@ from shared.estate import OPS, STREAMS, Answer, Call, OutcomeUnknown, ReadLevel,
 from shared.leases import live_data_nodes
 
 from ._api import EstateCalls
-from ._errors import AnswerTooLarge, NobodyAnswered, NodeReply
+from ._errors import AnswerTooLarge, NodeReply
+from ._tour import Tour
 from ._wire import decode_answer, encode_call, rpc_subject
 
 __all__ = ["READ_WAIT", "SILENT_DEMOTION", "WRITE_WAIT", "EstateRouter", "LocalEstate"]
@@ -210,6 +211,39 @@ class EstateRouter(EstateCalls):
         per_node = self._write_wait if kind == "write" else self._read_wait
         # [our choice] with no deadline from the caller, three nodes' worth of waiting
         deadline = time.time() + (timeout if timeout is not None else 3 * per_node)
+        # a knowledge write that may have run is never sent twice (ES-35)
+        once = kind == "write" and domain == "pages"
+        tour = await self._tour(domain, node)
+        while (turn := await tour.next_target()) is not None:
+            target, anyway = turn
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                tour.note(NodeReply(target, "not_asked", "the caller's deadline was spent"))
+                continue
+            wait = min(per_node, remaining)
+            c = Call(
+                op=op,
+                args=dict(args or {}),
+                op_id=op_id or "",
+                floors=floors,
+                read_level=read_level,
+                min_position=min_position,
+                deadline=deadline,
+                take_anyway=anyway,
+                asker=self.node_id,
+            )
+            ans = await self._try(target, c, wait, tour, once=once)
+            if ans is None:
+                continue
+            if ans.status == "ran":
+                return self._ran(target, ans, kind)
+            tour.passed(target, anyway, ans)
+            if ans.status == "unvouched" and domain == "pages":
+                raise from_wire(ans.error or {"code": "unknown", "op_id": op_id, "detail": ans.detail})
+        raise tour.gave_up(domain, op_id)
+
+    async def _tour(self, domain: str | None, node: str | None) -> Tour:
+        """The first targets of a call (ES-33): ``node`` alone, this node's serving copy, or the peers."""
         replies: list[NodeReply] = []
         local = self._local()
         peers_later = False
@@ -225,92 +259,52 @@ class EstateRouter(EstateCalls):
                 replies.append(
                     NodeReply(self.node_id, "not_serving", "this node's own copy is out of service")
                 )
-        lagging: list[str] = []
-        unvouched: Answer | None = None
-        rounds = [(t, False) for t in targets]
-        i = 0
-        while i < len(rounds) or peers_later:
-            if i == len(rounds):  # the local copy did not serve: now the peers, in order (ES-33)
-                peers_later = False
-                peers = [t for t in await self.order(domain) if t != self.node_id]
-                targets += peers
-                rounds += [(t, False) for t in peers]
-                if not peers and lagging:  # nobody else: the lagging copy is asked again, anyway
-                    rounds += [(t, True) for t in lagging]
-                    lagging = []
-                if i == len(rounds):
-                    break
-            target, anyway = rounds[i]
-            i += 1
-            remaining = deadline - time.time()
-            if remaining <= 0:
-                replies.append(NodeReply(target, "not_asked", "the caller's deadline was spent"))
-                continue
-            wait = min(per_node, remaining)
-            c = Call(
-                op=op,
-                args=dict(args or {}),
-                op_id=op_id or "",
-                floors=floors,
-                read_level=read_level,
-                min_position=min_position,
-                deadline=deadline,
-                take_anyway=anyway,
-                asker=self.node_id,
-            )
-            try:
-                ans = await self._ask(target, c, wait)
-            except (TimeoutError, nats.errors.TimeoutError):
-                self._silent[target] = time.monotonic()
-                replies.append(NodeReply(target, "timeout", f"no answer within {wait:.1f} s"))
-                if kind == "write" and domain == "pages":
-                    assert op_id is not None
-                    raise OutcomeUnknown(
-                        op_id, f"{target} did not answer; a knowledge write is never sent twice (ES-35)"
-                    ) from None
-                continue
-            except nats.errors.NoRespondersError:
-                replies.append(NodeReply(target, "no_responders", "nothing listens on its estate subject"))
-                continue
-            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError) as e:
-                replies.append(NodeReply(target, "broker_unreachable", type(e).__name__))
-                continue  # the request never left this process: nothing ran
-            except (nats.errors.Error, AnswerTooLarge) as e:
-                replies.append(NodeReply(target, "broker_unreachable", f"{type(e).__name__}: {e}"))
-                if kind == "write" and domain == "pages":
-                    assert op_id is not None
-                    raise OutcomeUnknown(
-                        op_id, f"{target}: {type(e).__name__}; a knowledge write is never sent twice"
-                    ) from None
-                continue
-            self._silent.pop(target, None)
-            if ans.status == "ran":
-                self.last_answered = target if target != self.node_id else self.last_answered
-                if ans.error is not None:
-                    raise from_wire(ans.error)
-                if kind == "write" and isinstance(ans.result, dict):
-                    self._note_floor(ans.result.get("position"))
-                return ans.result
-            if ans.status == "unvouched":
-                replies.append(NodeReply(target, "unvouched", ans.detail))
-                unvouched = ans
-                if domain == "pages":
-                    raise from_wire(ans.error or {"code": "unknown", "op_id": op_id, "detail": ans.detail})
-                continue
-            replies.append(NodeReply(target, ans.reason or "ran_nothing", ans.detail))
-            if ans.reason == "lagging" and not anyway:
-                lagging.append(target)
-            if i == len(rounds) and lagging and not peers_later:
-                rounds += [(t, True) for t in lagging]
-                lagging = []
-        if unvouched is not None and op_id:
-            raise OutcomeUnknown(
-                op_id,
-                "every node that may have run it was unvouched: " + "; ".join(r.line() for r in replies),
-            )
-        raise NobodyAnswered(
-            domain or "estate", replies, note="" if targets else "presence names no live data node"
-        )
+
+        async def peers() -> list[str]:
+            return [t for t in await self.order(domain) if t != self.node_id]
+
+        return Tour(targets, replies, peers_later=peers_later, peers=peers)
+
+    async def _try(self, target: str, c: Call, wait: float, tour: Tour, *, once: bool) -> Answer | None:
+        """Ask one node; a failure to answer is noted on the tour and gives None (ES-36).
+
+        Raises:
+            OutcomeUnknown: ``once`` (a knowledge write) and the node may have run it (ES-35).
+        """
+        try:
+            ans = await self._ask(target, c, wait)
+        except (TimeoutError, nats.errors.TimeoutError):
+            self._silent[target] = time.monotonic()
+            tour.note(NodeReply(target, "timeout", f"no answer within {wait:.1f} s"))
+            if once:
+                raise OutcomeUnknown(
+                    c.op_id, f"{target} did not answer; a knowledge write is never sent twice (ES-35)"
+                ) from None
+            return None
+        except nats.errors.NoRespondersError:
+            tour.note(NodeReply(target, "no_responders", "nothing listens on its estate subject"))
+            return None
+        except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError) as e:
+            tour.note(NodeReply(target, "broker_unreachable", type(e).__name__))
+            return None  # the request never left this process: nothing ran
+        except (nats.errors.Error, AnswerTooLarge) as e:
+            tour.note(NodeReply(target, "broker_unreachable", f"{type(e).__name__}: {e}"))
+            if once:
+                raise OutcomeUnknown(
+                    c.op_id, f"{target}: {type(e).__name__}; a knowledge write is never sent twice"
+                ) from None
+            return None
+        self._silent.pop(target, None)
+        return ans
+
+    def _ran(self, target: str, ans: Answer, kind: str) -> Any:
+        """The result of an answer that ran: its refusal raised, a write's floor raised (ES-37)."""
+        self.last_answered = target if target != self.node_id else self.last_answered
+        if ans.error is not None:
+            raise from_wire(ans.error)
+        if kind == "write" and isinstance(ans.result, dict):
+            self._note_floor(ans.result.get("position"))
+        return ans.result
 
     def _note_floor(self, position: Any) -> None:
         if isinstance(position, dict) and position.get("stream") in STREAMS.values():

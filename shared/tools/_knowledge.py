@@ -15,6 +15,7 @@ from shared.config import KEY_PATTERN
 
 from ._errors import ToolFailed
 from ._registry import Tool, ToolAnnotations, ToolContext
+from ._schema import arguments
 
 __all__ = ["FILE_IO_LIMIT_BYTES", "SNIPPET_CHARS", "check_path", "file_tools", "knowledge_tools"]
 
@@ -114,44 +115,37 @@ def knowledge_tools() -> list[Tool]:
             "search_knowledge",
             "Search the company's knowledge base (BM25 over titles and bodies). Returns up to "
             "`limit` hits (default 5) with a short snippet each.",
-            {
-                "type": "object",
-                "properties": {
+            arguments(
+                {
                     "query": {"type": "string", "minLength": 1},
                     "space": _SPACE,
                     "limit": {"type": "integer", "minimum": 1, "maximum": 20},
                 },
-                "required": ["query"],
-                "additionalProperties": False,
-            },
+                "query",
+            ),
             _search,
             annotations=_READ,
         ),
         Tool(
             "get_page",
             "Read one knowledge base page by space and title.",
-            {
-                "type": "object",
-                "properties": {"space": _SPACE, "title": {"type": "string", "minLength": 1}},
-                "required": ["space", "title"],
-                "additionalProperties": False,
-            },
+            arguments({"space": _SPACE, "title": {"type": "string", "minLength": 1}}, "space", "title"),
             _get_page,
             annotations=_READ,
         ),
         Tool(
             "write_page",
             "Create or update the page with this title in a space (markdown body).",
-            {
-                "type": "object",
-                "properties": {
+            arguments(
+                {
                     "space": _SPACE,
                     "title": {"type": "string", "minLength": 1, "maxLength": 300},
                     "body": {"type": "string"},
                 },
-                "required": ["space", "title", "body"],
-                "additionalProperties": False,
-            },
+                "space",
+                "title",
+                "body",
+            ),
             _write_page,
             writes=True,
             delivers_to="page",
@@ -166,36 +160,26 @@ def file_tools() -> list[Tool]:
         Tool(
             "list_files",
             "List a project's files, optionally those whose path starts with `prefix`.",
-            {
-                "type": "object",
-                "properties": {"project": _PROJECT, "prefix": {"type": "string"}},
-                "required": ["project"],
-                "additionalProperties": False,
-            },
+            arguments({"project": _PROJECT, "prefix": {"type": "string"}}, "project"),
             _list_files,
             annotations=_READ,
         ),
         Tool(
             "read_file",
             "Read a project file as UTF-8 text (binary files and files over 1 MiB are refused).",
-            {
-                "type": "object",
-                "properties": {"project": _PROJECT, "path": _PATH},
-                "required": ["project", "path"],
-                "additionalProperties": False,
-            },
+            arguments({"project": _PROJECT, "path": _PATH}, "project", "path"),
             _read_file,
             annotations=_READ,
         ),
         Tool(
             "write_file",
             "Write UTF-8 text to a project file (created or replaced; at most 1 MiB).",
-            {
-                "type": "object",
-                "properties": {"project": _PROJECT, "path": _PATH, "content": {"type": "string"}},
-                "required": ["project", "path", "content"],
-                "additionalProperties": False,
-            },
+            arguments(
+                {"project": _PROJECT, "path": _PATH, "content": {"type": "string"}},
+                "project",
+                "path",
+                "content",
+            ),
             _write_file,
             writes=True,
             delivers_to="file",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["validate"]
+__all__ = ["arguments", "validate"]
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -97,3 +97,21 @@ def validate(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
 
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
+
+
+def arguments(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    """The schema of a tool's arguments: an object of ``properties``, ``required`` named, no others.
+
+    Args:
+        properties: Argument name → its schema.
+        required: The names the model must give; none for all optional.
+
+    Returns:
+        ``{"type": "object", "properties", "required"?, "additionalProperties": False}``
+        (``required`` only when some are).
+    """
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    schema["additionalProperties"] = False
+    return schema

@@ -22,6 +22,7 @@ from shared.config import KEY_PATTERN
 
 from ._errors import WorkspaceRefused
 from ._registry import Tool, ToolAnnotations, ToolContext
+from ._schema import arguments
 
 __all__ = ["STATUSES", "tracker_tools"]
 
@@ -41,6 +42,44 @@ _LABELS = {
     "maxItems": 50,
     "description": 'Labels, e.g. ["bug", "ui"].',
 }
+
+
+_CREATE_ARGS = arguments(
+    {
+        "project": {"type": "string", "pattern": KEY_PATTERN, "description": "Project key."},
+        "title": {"type": "string", "minLength": 1, "maxLength": 500},
+        "type": {"type": "string", "minLength": 1, "description": "task (default), bug, ..."},
+        "body": {
+            "type": "string",
+            "description": "Markdown: the report and acceptance criteria.",
+        },
+        "assignee": _HANDLE,
+        "labels": _LABELS,
+        "external": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "pattern": r"^\S+$",
+            "description": "The outside object this item tracks, e.g. github:186853002#1. "
+            "If an item already tracks it, that item is returned instead of a new one.",
+        },
+    },
+    "project",
+    "title",
+)
+
+_UPDATE_ARGS = arguments(
+    {
+        "key": _KEY,
+        "status": {"type": "string", "enum": list(STATUSES)},
+        "assignee": _HANDLE,
+        "title": {"type": "string", "minLength": 1, "maxLength": 500},
+        "body": {"type": "string"},
+        "if_match": {"type": "integer", "minimum": 1},
+        "labels": {**_LABELS, "description": "The new labels; replaces the whole list."},
+    },
+    "key",
+)
 
 
 def _me(value: Any, ctx: ToolContext) -> Any:
@@ -115,28 +154,21 @@ def tracker_tools() -> list[Tool]:
             "list_work_items",
             "List work items, newest first. Filter by project key, assignee (a handle or 'me') "
             "and status; at most `limit` items (default 20).",
-            {
-                "type": "object",
-                "properties": {
+            arguments(
+                {
                     "project": {"type": "string", "pattern": KEY_PATTERN},
                     "assignee": _HANDLE,
                     "status": {"type": "string", "enum": list(STATUSES)},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 100},
-                },
-                "additionalProperties": False,
-            },
+                }
+            ),
             _list,
             annotations=_READ,
         ),
         Tool(
             "get_work_item",
             "Read one work item: its fields, version and latest comments.",
-            {
-                "type": "object",
-                "properties": {"key": _KEY},
-                "required": ["key"],
-                "additionalProperties": False,
-            },
+            arguments({"key": _KEY}, "key"),
             _get,
             annotations=_READ,
         ),
@@ -144,30 +176,7 @@ def tracker_tools() -> list[Tool]:
             "create_work_item",
             "Create a work item in a project (its key is returned, e.g. SUP-1). Assigning it to "
             "a colleague wakes them.",
-            {
-                "type": "object",
-                "properties": {
-                    "project": {"type": "string", "pattern": KEY_PATTERN, "description": "Project key."},
-                    "title": {"type": "string", "minLength": 1, "maxLength": 500},
-                    "type": {"type": "string", "minLength": 1, "description": "task (default), bug, ..."},
-                    "body": {
-                        "type": "string",
-                        "description": "Markdown: the report and acceptance criteria.",
-                    },
-                    "assignee": _HANDLE,
-                    "labels": _LABELS,
-                    "external": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": 200,
-                        "pattern": r"^\S+$",
-                        "description": "The outside object this item tracks, e.g. github:186853002#1. "
-                        "If an item already tracks it, that item is returned instead of a new one.",
-                    },
-                },
-                "required": ["project", "title"],
-                "additionalProperties": False,
-            },
+            _CREATE_ARGS,
             _create,
             writes=True,
             delivers_to="work",
@@ -177,20 +186,7 @@ def tracker_tools() -> list[Tool]:
             "update_work_item",
             "Change a work item's status, assignee, title or body. A body change needs "
             "`if_match`, the version you read; a stale version is refused with the current one.",
-            {
-                "type": "object",
-                "properties": {
-                    "key": _KEY,
-                    "status": {"type": "string", "enum": list(STATUSES)},
-                    "assignee": _HANDLE,
-                    "title": {"type": "string", "minLength": 1, "maxLength": 500},
-                    "body": {"type": "string"},
-                    "if_match": {"type": "integer", "minimum": 1},
-                    "labels": {**_LABELS, "description": "The new labels; replaces the whole list."},
-                },
-                "required": ["key"],
-                "additionalProperties": False,
-            },
+            _UPDATE_ARGS,
             _update,
             writes=True,
             delivers_to="work",
@@ -199,12 +195,7 @@ def tracker_tools() -> list[Tool]:
         Tool(
             "comment_on_work_item",
             "Add a comment to a work item (decisions go in writing on the item).",
-            {
-                "type": "object",
-                "properties": {"key": _KEY, "body": {"type": "string", "minLength": 1}},
-                "required": ["key", "body"],
-                "additionalProperties": False,
-            },
+            arguments({"key": _KEY, "body": {"type": "string", "minLength": 1}}, "key", "body"),
             _comment,
             writes=True,
             delivers_to="work",

@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from shared import logs, telemetry
-from shared.bus import Bus, BusError, PublishOutcomeUnknown, wake_envelope
+from shared.bus import Bus, BusError, Envelope, PublishOutcomeUnknown, wake_envelope
 from shared.config import HANDLE_PATTERN
 from shared.coordination import Coordination, CoordinationUnavailable, RevisionConflict, bucket_specs
 
@@ -204,6 +204,55 @@ def _comment_of(raw: bytes) -> str | None:
     return comment if isinstance(comment, str) else None
 
 
+async def _within_bound(coord: Coordination | None, seat: str, key: str, comment_id: str) -> bool:
+    """CO-41's bound for one wake: False when past it (logged ``comment_wake_limited``).
+
+    An unknown answer, or no coordination store, fails open (logged ``comment_wake_limit_unknown``).
+    """
+    if coord is None:
+        _log.warning("comment_wake_limit_unknown", seat=seat, work_item=key, error="no coordination store")
+        return True
+    try:
+        if not await claim_comment_wake(coord, seat, key, comment_id=comment_id):
+            _log.warning("comment_wake_limited", seat=seat, work_item=key, comment=comment_id)
+            return False
+    except CoordinationUnavailable as e:
+        _log.warning("comment_wake_limit_unknown", seat=seat, work_item=key, error=str(e))
+    return True
+
+
+async def _publish_wake(
+    bus: Bus,
+    seat: str,
+    env: Envelope,
+    *,
+    key: str,
+    msg_id: str,
+    headers: Mapping[str, str],
+    reason: CommentWakeReason,
+    author: str,
+) -> str | None:
+    """Publish one wake to ``seat``'s inbox; the seat when it is (possibly) published, else None.
+
+    An unacknowledged publish is retried once under the same ``msg_id`` and then counted
+    (``comment_wake_unconfirmed``); a refused one is logged ``comment_wake_failed``.
+    """
+    for attempt in (1, 2):
+        try:
+            await bus.publish_to_seat(seat, env, msg_id=msg_id, headers=dict(headers))
+        except PublishOutcomeUnknown as e:
+            if attempt == 2:  # it may be stored: the same msg id collapses a later repeat
+                _log.warning("comment_wake_unconfirmed", seat=seat, work_item=key, error=str(e))
+                return seat
+            continue
+        except BusError as e:
+            _log.warning("comment_wake_failed", seat=seat, work_item=key, reason=reason, error=str(e))
+            return None
+        _log.info("comment_wake_published", seat=seat, work_item=key, reason=reason, writer=author)
+        return seat
+    return None  # pragma: no cover - the loop always returns
+
+
 async def publish_comment_wakes(
     bus: Bus,
     coord: Coordination | None,
@@ -257,17 +306,8 @@ async def publish_comment_wakes(
         headers.update(trace_headers)
 
     async def wake(seat: str, reason: CommentWakeReason) -> str | None:
-        if coord is None:
-            _log.warning(
-                "comment_wake_limit_unknown", seat=seat, work_item=key, error="no coordination store"
-            )
-        else:
-            try:
-                if not await claim_comment_wake(coord, seat, key, comment_id=comment_id):
-                    _log.warning("comment_wake_limited", seat=seat, work_item=key, comment=comment_id)
-                    return None
-            except CoordinationUnavailable as e:
-                _log.warning("comment_wake_limit_unknown", seat=seat, work_item=key, error=str(e))
+        if not await _within_bound(coord, seat, key, comment_id):
+            return None
         env = wake_envelope(
             key,
             author,
@@ -278,20 +318,9 @@ async def publish_comment_wakes(
             conversation_key=conversation_key,
         )
         msg_id = f"comment:{comment_id}:{seat}"
-        for attempt in (1, 2):
-            try:
-                await bus.publish_to_seat(seat, env, msg_id=msg_id, headers=dict(headers))
-            except PublishOutcomeUnknown as e:
-                if attempt == 2:  # it may be stored: the same msg id collapses a later repeat
-                    _log.warning("comment_wake_unconfirmed", seat=seat, work_item=key, error=str(e))
-                    return seat
-                continue
-            except BusError as e:
-                _log.warning("comment_wake_failed", seat=seat, work_item=key, reason=reason, error=str(e))
-                return None
-            _log.info("comment_wake_published", seat=seat, work_item=key, reason=reason, writer=author)
-            return seat
-        return None  # pragma: no cover - the loop always returns
+        return await _publish_wake(
+            bus, seat, env, key=key, msg_id=msg_id, headers=headers, reason=reason, author=author
+        )
 
     targets = comment_wake_targets(item, body, author=author, agent_seats=agent_seats)
     woken = await asyncio.gather(*(wake(seat, reason) for seat, reason in targets))

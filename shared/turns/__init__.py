@@ -9,6 +9,7 @@ coalesce one inbox drain into one trigger per conversation (CO-38); :func:`build
 assembly (CO-17).
 """
 
+from ._charge import WorkItemCharge
 from ._errors import SeatNotRunnable, TurnError
 from ._executor import BudgetGate, Fence, ToolSurface, TurnEngine, review_chain_keys
 from ._obligation import reply_obligation
@@ -34,7 +35,6 @@ from ._result import (
     ToolExecution,
     TurnResult,
     TurnStart,
-    WorkItemCharge,
 )
 from ._trigger import (
     FIRST_LINE_MAX_CHARS,
