@@ -17,8 +17,8 @@ Boot order (FL-129: the listener comes up before anything is claimed):
 The first SIGTERM/SIGINT drains (FL-129, CO-29), in this order:
 
 1. from the first moment, ``/ready`` answers 503 ``draining`` and every write (POST, PUT, PATCH,
-   DELETE) on an ingress node answers 503 ``draining`` with ``Retry-After`` (:class:`_DrainGate`);
-   reads go on being served;
+   DELETE) on an ingress node answers 503 ``draining`` with ``Retry-After``
+   (:class:`~crewlet._node_http.DrainGate`); reads go on being served;
 2. the roles but ``data`` drain and stop in reverse boot order (``workers``, ``seats``,
    ``ingress``): duties are given back, each running turn finishes and every delivery still in
    hand is returned to its mailbox (a NAK the next holder or incarnation takes at once);
