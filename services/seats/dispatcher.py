@@ -328,8 +328,7 @@ class Dispatcher:
         """Screen one conversation's deliveries and run their one turn (CO-11, CO-38).
 
         The steps of the module docstring: :func:`~services.seats.screening.screen` (1-4 and the
-        merge), :meth:`_admit`
-        (5-6), :meth:`_run` (7), :meth:`_commit` (8).
+        merge), :meth:`_admit` (5-6), :meth:`_run` (7), :meth:`_commit` (8).
 
         Args:
             handle: The seat.
