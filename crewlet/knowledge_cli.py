@@ -207,43 +207,58 @@ def import_cmd(
         for s in sorted({p.space for p in pages}):
             listed = get("/knowledge/pages", {"pages": list}, space=s, limit=500)["pages"]
             before.update({(s, pg.get("title")): pg.get("version") for pg in listed if isinstance(pg, dict)})
-        failed = 0
-        counts = {"created": 0, "updated": 0, "unchanged": 0}
-        with progress_bar("importing pages") as bar:
-            task = bar.add_task("importing pages", total=len(pages))
-            for i, p in enumerate(pages):
-                code, answer = call(
-                    "POST",
-                    url,
-                    token,
-                    "/knowledge/pages",
-                    body={"space": p.space, "title": p.title, "body": p.body},
-                    need={"page": dict},
-                    timeout=60.0,
-                    out=err,
-                    client=client,
-                )
-                bar.advance(task)
-                if code != 0:
-                    failed += 1
-                    typer.echo(clean(f"{p.path}: not imported"), err=True)
-                    if answer is None:  # unreachable, or not a crewlet node: the rest would fail alike
-                        failed += len(pages) - i - 1
-                        break
-                    continue
-                page = answer["page"]
-                old = before.get((p.space, p.title))
-                state = (
-                    "created" if old is None else ("unchanged" if page.get("version") == old else "updated")
-                )
-                counts[state] += 1
-                digest = hashlib.sha256(p.body.encode()).hexdigest()[:8]
-                typer.echo(clean(f"{state:9} {p.space}/{p.title} v{page.get('version')} ({p.rel}, {digest})"))
+        failed, counts = _publish(client, url, token, pages, before, err)
     typer.echo(
         f"{len(pages) - failed} page(s): {counts['created']} created, {counts['updated']} updated, "
         f"{counts['unchanged']} unchanged" + (f"; {failed} failed" if failed else "")
     )
     raise typer.Exit(1 if failed else 0)
+
+
+def _publish(
+    client: httpx.Client,
+    url: str,
+    token: str,
+    pages: list[PageFile],
+    before: dict[tuple[str, Any], Any],
+    err: Console,
+) -> tuple[int, dict[str, int]]:
+    """POST each page, printing one line per page (created, updated or unchanged against ``before``,
+    the versions listed before the import) under a progress bar; ``(failed, counts)``.
+
+    An unreachable node (or one that is not a crewlet node) counts every page left as failed.
+    """
+    failed = 0
+    counts = {"created": 0, "updated": 0, "unchanged": 0}
+    with progress_bar("importing pages") as bar:
+        task = bar.add_task("importing pages", total=len(pages))
+        for i, p in enumerate(pages):
+            code, answer = call(
+                "POST",
+                url,
+                token,
+                "/knowledge/pages",
+                body={"space": p.space, "title": p.title, "body": p.body},
+                need={"page": dict},
+                timeout=60.0,
+                out=err,
+                client=client,
+            )
+            bar.advance(task)
+            if code != 0:
+                failed += 1
+                typer.echo(clean(f"{p.path}: not imported"), err=True)
+                if answer is None:  # unreachable, or not a crewlet node: the rest would fail alike
+                    failed += len(pages) - i - 1
+                    break
+                continue
+            page = answer["page"]
+            old = before.get((p.space, p.title))
+            state = "created" if old is None else ("unchanged" if page.get("version") == old else "updated")
+            counts[state] += 1
+            digest = hashlib.sha256(p.body.encode()).hexdigest()[:8]
+            typer.echo(clean(f"{state:9} {p.space}/{p.title} v{page.get('version')} ({p.rel}, {digest})"))
+    return failed, counts
 
 
 if __name__ == "__main__":  # ``python -m crewlet.knowledge_cli import DIR`` until the root CLI mounts it

@@ -177,14 +177,14 @@ def _resolve(node: Path | None, data_dir: Path | None) -> Path:
 
 
 def _lock(store: Path) -> Any:
-    """Take the store's ``.lock`` exactly as a booting node does (:func:`crewlet.node._lock_store`);
+    """Take the store's ``.lock`` exactly as a booting node does (:func:`crewlet._node_store.lock_store`);
     exits 2 naming the holder when a node runs there, 1 when the directory cannot be made."""
     from shared.errors import UsageError
 
-    from .node import StoreInUse, _lock_store
+    from ._node_store import StoreInUse, lock_store
 
     try:
-        return _lock_store(store)
+        return lock_store(store)
     except StoreInUse as e:
         _fail(f"{e} (a running node migrates its store at boot)")
     except UsageError as e:

@@ -203,6 +203,8 @@ def _gen(row: dict[str, Any], current: int | None) -> str:
 
 
 def _print_status(view: dict[str, Any], out: Console) -> None:
+    """Print ``retention status``: the backup line, evictions, placement, then the logs, each
+    domain's copies and the storage tables, and the rejoin window (ES-47..ES-59)."""
     sentence = _backup_sentence(view)
     if sentence:
         out.print(sentence, markup=False, highlight=False)
@@ -221,6 +223,24 @@ def _print_status(view: dict[str, Any], out: Console) -> None:
         markup=False,
         highlight=False,
     )
+    _print_logs(out, logs, floors)
+    rows = [r for r in view.get("nodes") or [] if isinstance(r, dict)]
+    for domain in sorted({str(r.get("domain")) for r in rows}):
+        _print_copies(out, domain, rows, logs, floors)
+    ret = view.get("retention") or {}
+    _print_storage(out, rows)
+    out.print(
+        f"rejoin window: {_duration(ret.get('rejoin_window'))} (stream.tracker_retention.rejoin_window: "
+        "the budget for a node to become a full copy, ES-59)",
+        markup=False,
+        highlight=False,
+    )
+    if view.get("unreadable"):
+        out.print(f"unreadable: {', '.join(view['unreadable'])}", markup=False, highlight=False)
+
+
+def _print_logs(out: Console, logs: dict[str, Any], floors: dict[str, Any]) -> None:
+    """The ``logs`` table: each domain's stream, its size against its caps, and its trim floor."""
     cap = Table(title="logs")
     for col in (
         "DOMAIN",
@@ -254,51 +274,56 @@ def _print_status(view: dict[str, Any], out: Console) -> None:
             ", ".join(fl.get("blocked_by") or []) or "-" if fl else "-",
         )
     out.print(cap)
-    rows = [r for r in view.get("nodes") or [] if isinstance(r, dict)]
-    for domain in sorted({str(r.get("domain")) for r in rows}):
-        fl = floors.get(domain) if isinstance(floors.get(domain), dict) else None
-        gens = [
-            r["generation"]
-            for r in rows
-            if r.get("domain") == domain and isinstance(r.get("generation"), int)
-        ]
-        current = max(
-            [*gens, *([fl["generation"]] if fl and isinstance(fl.get("generation"), int) else [])],
-            default=None,
+
+
+def _print_copies(
+    out: Console, domain: str, rows: list[dict[str, Any]], logs: dict[str, Any], floors: dict[str, Any]
+) -> None:
+    """The ``<domain> copies`` table: each node's copy of the domain, its generation and liveness."""
+    fl = floors.get(domain) if isinstance(floors.get(domain), dict) else None
+    gens = [
+        r["generation"] for r in rows if r.get("domain") == domain and isinstance(r.get("generation"), int)
+    ]
+    current = max(
+        [*gens, *([fl["generation"]] if fl and isinstance(fl.get("generation"), int) else [])],
+        default=None,
+    )
+    t = Table(title=f"{domain} copies")
+    for col in (
+        "NODE",
+        "SEQ",
+        "applied_through",
+        "GEN",
+        "TRIM FLOOR",
+        "FIRST",
+        "LIVE",
+        "LOG DIVERGED",
+        "blocked_by",
+    ):
+        t.add_column(col)
+    for r in rows:
+        if r.get("domain") != domain:
+            continue
+        first = r.get("log_first")
+        if first is None:
+            first = (logs.get(domain) or {}).get("first_seq")
+        live = r.get("live")
+        t.add_row(
+            _cell(r.get("node")),
+            _cell(r.get("seq")),
+            _cell(r.get("applied_through")),
+            _gen(r, current),
+            _cell(fl.get("floor")) if fl else "-",
+            _cell(first),
+            ("yes" if live else "no") if live is not None else "?",
+            ("yes" if r.get("log_diverged") else "no") if r.get("log_diverged") is not None else "-",
+            ", ".join(fl.get("blocked_by") or []) or "-" if fl else "-",
         )
-        t = Table(title=f"{domain} copies")
-        for col in (
-            "NODE",
-            "SEQ",
-            "applied_through",
-            "GEN",
-            "TRIM FLOOR",
-            "FIRST",
-            "LIVE",
-            "LOG DIVERGED",
-            "blocked_by",
-        ):
-            t.add_column(col)
-        for r in rows:
-            if r.get("domain") != domain:
-                continue
-            first = r.get("log_first")
-            if first is None:
-                first = (logs.get(domain) or {}).get("first_seq")
-            live = r.get("live")
-            t.add_row(
-                _cell(r.get("node")),
-                _cell(r.get("seq")),
-                _cell(r.get("applied_through")),
-                _gen(r, current),
-                _cell(fl.get("floor")) if fl else "-",
-                _cell(first),
-                ("yes" if live else "no") if live is not None else "?",
-                ("yes" if r.get("log_diverged") else "no") if r.get("log_diverged") is not None else "-",
-                ", ".join(fl.get("blocked_by") or []) or "-" if fl else "-",
-            )
-        out.print(t)
-    ret = view.get("retention") or {}
+    out.print(t)
+
+
+def _print_storage(out: Console, rows: list[dict[str, Any]]) -> None:
+    """The ``storage`` table: one line per node (its newest row): store, WAL, snapshot volume, age."""
     st = Table(title="storage")
     for col in ("NODE", "store", "WAL", f"snapshot volume (x{SNAPSHOT_VOLUME_FACTOR})", "report age"):
         st.add_column(col)
@@ -317,14 +342,6 @@ def _print_status(view: dict[str, Any], out: Console) -> None:
             _duration(r.get("age_seconds")) + (" (stale)" if r.get("stale") else ""),
         )
     out.print(st)
-    out.print(
-        f"rejoin window: {_duration(ret.get('rejoin_window'))} (stream.tracker_retention.rejoin_window: "
-        "the budget for a node to become a full copy, ES-59)",
-        markup=False,
-        highlight=False,
-    )
-    if view.get("unreadable"):
-        out.print(f"unreadable: {', '.join(view['unreadable'])}", markup=False, highlight=False)
 
 
 @app.command("status")

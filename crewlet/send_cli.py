@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 from urllib.parse import quote
 
 import typer
@@ -155,6 +155,24 @@ def send(
         raise typer.Exit(0)
     if not as_json:
         err.print(f"{'task' if task else 'message'} {shown} queued for {who}; waiting")
+    _wait_and_print(url, token, handle, message_id, limit, task=task, as_json=as_json, out=out, err=err)
+
+
+def _wait_and_print(
+    url: str,
+    token: str,
+    handle: str,
+    message_id: str,
+    limit: float,
+    *,
+    task: bool,
+    as_json: bool,
+    out: Console,
+    err: Console,
+) -> NoReturn:
+    """``send --wait``: wait up to ``limit`` seconds for the message's turn, print its reply or why not,
+    and exit (0 answered; 1 unreachable, failed or dead-lettered; 2 still queued or running)."""
+    shown, who = clean(message_id, one_line=True), clean(handle, one_line=True)
     code, record = _wait(url, token, message_id, limit, err)
     if as_json:
         typer.echo(json.dumps(record, indent=2))

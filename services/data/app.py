@@ -23,23 +23,56 @@ from shared.runtime import CompanySnapshot, NodeContext, RoleService
 
 from .events import EventLog, estate_event
 
-__all__ = ["LEVEL_WAIT", "service"]
+__all__ = ["LEVEL_WAIT", "DataRole", "service"]
 
 _log = logs.get("data")
 LEVEL_WAIT = 30.0
 """Seconds the start waits for the copy to reach its logs' end before seeding and going ready."""
 
 
-def service(ctx: NodeContext) -> RoleService:
-    """Build the data role for ``ctx``."""
-    held: dict[str, Any] = {}
+class DataRole:
+    """The data role's state on one node and its steps: what :meth:`start` opened, closed in order."""
 
-    async def start(ctx: NodeContext) -> None:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.events: EventLog | None = None
+        self.estate: Any = None
+        self.sweeper: Any = None
+        self.backup_age: Any = None
+        self.slices: Any = None
+        self.server: RpcServer | None = None
+        self.custodian: Custodian | None = None
+
+    async def start(self, ctx: NodeContext) -> None:
+        """Open the node's event log and the estate, serve it, wait to be level, seed, join custody."""
         if ctx.link is None:
             raise estate.Refused("broker_unreachable", "the data role needs the broker connection")
         events = EventLog.open(ctx.cfg.store_dir / "node.db", node_id=ctx.node_id)
-        held["events"] = events
+        self.events = events
         ctx.extras["events"] = events
+        est = await self._open_estate(ctx, events)
+        sweeper = estate.LedgerSweeper(est.store, ledger_days=ctx.cfg.retention.ledger_days)  # ES-8, ES-85
+        sweeper.start()
+        self.sweeper = sweeper
+        age = estate.BackupAgeWatch(  # ES-82/ES-92 backup_age, on the heartbeat's alarms
+            ctx.node_id, ctx.cfg.store_dir, ctx.cfg.retention.backup_max_age, est.beat.alarms
+        )
+        age.start()
+        self.backup_age = age
+        await self._serve(ctx, est)
+        if not await est.wait_level(LEVEL_WAIT):
+            _log.warning(
+                "estate_not_level_at_start",
+                waited_seconds=LEVEL_WAIT,
+                lag={d: a.lag for d, a in est.appliers.items()},
+            )
+        seeded = await est.seed(ctx.org)
+        _log.info("estate_ready", positions=est.service.positions(), seeded=len(seeded))
+        await self._join_custody(ctx, events)
+
+    async def _open_estate(self, ctx: NodeContext, events: EventLog) -> Any:
+        """Open the estate (ES-1..ES-40) with its write hook, seat fence and trim floors; held in extras."""
+        assert ctx.link is not None
         est = await estate.open_estate(
             ctx.link.js,
             node_id=ctx.node_id,
@@ -70,37 +103,30 @@ def service(ctx: NodeContext) -> RoleService:
 
         if coord is not None:
             est.service.fence_check = fence_check
-        held["estate"] = est
+        self.estate = est
         ctx.extras["estate"] = est
         est.service.coord = coord  # the write fence reads the published trim floors (ES-50)
-        sweeper = estate.LedgerSweeper(est.store, ledger_days=ctx.cfg.retention.ledger_days)  # ES-8, ES-85
-        sweeper.start()
-        held["sweeper"] = sweeper
-        age = estate.BackupAgeWatch(  # ES-82/ES-92 backup_age, on the heartbeat's alarms
-            ctx.node_id, ctx.cfg.store_dir, ctx.cfg.retention.backup_max_age, est.beat.alarms
-        )
-        age.start()
-        held["backup_age"] = age
+        return est
+
+    async def _serve(self, ctx: NodeContext, est: Any) -> None:
+        """Answer search slices (ES-62) and router calls on ``crewlet.estate.rpc.<node_id>``."""
+        assert ctx.link is not None
         # ES-62: a search of a large corpus is divided among the live data nodes; this node answers
         # its peers' slices on crewlet.search.slice.<node>
         divided = estate.DividedSearch(
-            ctx.link.nc, coord, node_id=ctx.node_id, store=est.store, serve=est.service.serve_copy
+            ctx.link.nc, ctx.coord, node_id=ctx.node_id, store=est.store, serve=est.service.serve_copy
         )
         slices = estate.SliceResponder(ctx.link.nc, node_id=ctx.node_id, serve=est.service.serve_copy)
         est.service.searcher = divided.serve
         await slices.start()
-        held["slices"] = slices
+        self.slices = slices
         server = RpcServer(ctx.link.nc, node_id=ctx.node_id, handler=est.service.serve)
         await server.start()
-        held["server"] = server
-        if not await est.wait_level(LEVEL_WAIT):
-            _log.warning(
-                "estate_not_level_at_start",
-                waited_seconds=LEVEL_WAIT,
-                lag={d: a.lag for d, a in est.appliers.items()},
-            )
-        seeded = await est.seed(ctx.org)
-        _log.info("estate_ready", positions=est.service.positions(), seeded=len(seeded))
+        self.server = server
+
+    async def _join_custody(self, ctx: NodeContext, events: EventLog) -> None:
+        """Join the custody group (ES-78, FL-86); a failure is logged, the node still serves."""
+        assert ctx.link is not None
 
         async def keep(ev: dict[str, Any]) -> bool:  # ES-78: write, read back, then the custodian acks
             events.record(ev)
@@ -110,44 +136,51 @@ def service(ctx: NodeContext) -> RoleService:
         custodian = Custodian(ctx.link.js, node_id=ctx.node_id, write=keep)
         try:
             await custodian.start()
-            held["custodian"] = custodian
+            self.custodian = custodian
         except BusUnavailable as e:  # logged: the node serves; custody waits in the stream for a peer
             _log.warning("custody_join_failed", error=str(e))
 
-    async def drain(ctx: NodeContext) -> None:
-        custodian = held.pop("custodian", None)
+    async def drain(self, ctx: NodeContext) -> None:
+        """Leave custody, stop taking router calls (those in hand finish), stop the slice responder."""
+        custodian, self.custodian = self.custodian, None
         if custodian is not None:
             await custodian.stop()
-        server = held.pop("server", None)
+        server, self.server = self.server, None
         if server is not None:
             await server.stop()
-        slices = held.pop("slices", None)
+        slices, self.slices = self.slices, None
         if slices is not None:
             await slices.stop()
 
-    async def stop(ctx: NodeContext) -> None:
-        sweeper = held.pop("sweeper", None)
+    async def stop(self, ctx: NodeContext) -> None:
+        """Stop the sweeper and the backup-age watch, close the estate, then the event log."""
+        sweeper, self.sweeper = self.sweeper, None
         if sweeper is not None:
             await sweeper.stop()
-        age = held.pop("backup_age", None)
+        age, self.backup_age = self.backup_age, None
         if age is not None:
             await age.stop()
-        est = held.pop("estate", None)
+        est, self.estate = self.estate, None
         ctx.extras.pop("estate", None)
         if est is not None:
             await est.close()
-        events = held.pop("events", None)
+        events, self.events = self.events, None
         ctx.extras.pop("events", None)
         if events is not None:
             events.close()
 
-    async def apply(ctx: NodeContext, snap: CompanySnapshot, prepared: Any) -> list[str]:
+    async def apply(self, ctx: NodeContext, snap: CompanySnapshot, prepared: Any) -> list[str]:
+        """New rules and the company's projects and spaces, seeded through the log (idempotent)."""
         # before start (the boot's apply) the start seeds what the company names
-        est = held.get("estate")
+        est = self.estate
         if est is None:
             return []
         est.service.rules = estate.rules_from_company(snap.company, snap.org)
         await est.seed(snap.org)  # idempotent: derived op ids; new projects and spaces appear
         return ["tracker_projects", "knowledge_containers"]
 
-    return RoleService(name="data", start=start, drain=drain, stop=stop, apply=apply)
+
+def service(ctx: NodeContext) -> RoleService:
+    """Build the data role for ``ctx`` (:class:`DataRole`'s hooks)."""
+    role = DataRole(ctx)
+    return RoleService(name="data", start=role.start, drain=role.drain, stop=role.stop, apply=role.apply)

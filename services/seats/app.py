@@ -42,7 +42,7 @@ from .admission import EstateWatch
 from .dispatcher import Dispatcher
 from .messages import requeue_abandoned
 
-__all__ = ["RELEASED_SUBJECT", "service"]
+__all__ = ["RELEASED_SUBJECT", "SeatsRole", "service"]
 
 RELEASED_SUBJECT = "crewlet.seats.released"
 """Core NATS subject a node publishes on after a voluntary seat release (ours; no payload but the
@@ -61,40 +61,86 @@ def _unconstructable(provs: providers.ProviderSet) -> list[str]:
     return [reason for reason in provs.unconfigured.values() if "no usable API key" not in reason]
 
 
-def service(ctx: NodeContext) -> RoleService:
-    """Build the seats role for ``ctx``."""
-    state: dict[str, Any] = {"retired": []}
+class SeatsRole:
+    """The seats role's state on one node and its steps (FL-15): the RoleService hooks are its methods.
 
-    pool = McpPool(ctx.node_id)
-    ctx.extras["mcp_rows"] = pool.rows  # FL-46: the heartbeat carries the MCP start rows
+    Holds the MCP pool, the credential cooldowns, the current turn engine and providers, the seat
+    host (where seat leases are claimed, through :class:`shared.leases.SeatHost`) and the dispatcher.
+    """
 
-    def budgets() -> Budgets | None:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.retired: list[asyncio.Task[None]] = []
+        self.pool = McpPool(ctx.node_id)
+        ctx.extras["mcp_rows"] = self.pool.rows  # FL-46: the heartbeat carries the MCP start rows
+        self._board: providers.CooldownBoard | None = None
+        self._engine: TurnEngine | None = None
+        self.providers: providers.ProviderSet | None = None
+        self.host: SeatHost | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.watch: EstateWatch | None = None
+        self.released_sub: Any = None
+
+    # -- what the hooks read ---------------------------------------------------------------------
+
+    def budgets(self) -> Budgets | None:
         """The node's one view of the shared budgets (CO-37), made by the node runner once the
         coordination store is open (``ctx.extras["budgets"]``, which also reports it, FL-120)."""
-        found = ctx.extras.get("budgets")
+        found = self.ctx.extras.get("budgets")
         return found if isinstance(found, Budgets) else None
 
-    def board() -> providers.CooldownBoard:
+    def board(self) -> providers.CooldownBoard:
         """The node's credential cooldowns (CO-42, FL-121): one per node, outliving applies.
 
         A single node (``coordination.type: local``) shares nothing; it still benches locally.
         """
-        if "board" not in state:
+        if self._board is None:
+            ctx = self.ctx
             shared = ctx.coord if ctx.cfg.coordination.type != "local" else None
-            state["board"] = providers.CooldownBoard(shared, ctx.node_id)
-        found: providers.CooldownBoard = state["board"]
-        return found
+            self._board = providers.CooldownBoard(shared, ctx.node_id)
+        return self._board
 
-    def surface(handle: str) -> Any:
-        return pool.surface(handle)
+    def surface(self, handle: str) -> Any:
+        """The seat's MCP tool surface (the turn engine asks per turn)."""
+        return self.pool.surface(handle)
 
-    def spawns(handle: str) -> bool:
-        org = ctx.org
+    def spawns(self, handle: str) -> bool:
+        """Whether the seat forks MCP children (FL-56: only those spend the claim budget)."""
+        org = self.ctx.org
         seat = org.seat(handle) if org is not None else None
         return seat is not None and org is not None and mcp_spawns(org, seat)
 
-    async def reconcile_mcp(snap: CompanySnapshot) -> None:
+    def engine(self) -> TurnEngine:
+        """The turn engine of the last apply (a turn takes it once at its start, FL-116)."""
+        if self._engine is None:
+            raise KeyError("engine")
+        return self._engine
+
+    def seat_handles(self) -> list[str]:
+        """The seats this node may hold now: none while shedding or not admitted (FL-113, FL-144, FL-63)."""
+        ctx = self.ctx
+        if ctx.org is None or ctx.shedding:
+            return []
+        watch = self.watch
+        if watch is not None and not watch.admitted:  # FL-144 admission, FL-63 withdrawal
+            return []
+        return [s.handle for s in ctx.org.seats]
+
+    def selectors(self) -> dict[str, Selector]:
+        """Each placed seat's selector (node, labels) for the fair share."""
+        ctx = self.ctx
+        out: dict[str, Selector] = {}
+        for seat in ctx.org.seats if ctx.org is not None else ():
+            p = seat.role.placement
+            if p is not None:
+                out[seat.handle] = Selector(p.node, tuple(sorted(p.labels.items())))
+        return out
+
+    # -- live apply (FL-114..FL-116) ----------------------------------------------------------------
+
+    async def reconcile_mcp(self, snap: CompanySnapshot) -> None:
         """FL-115: shared servers and held seats' servers restart only where the resolved config moved."""
+        pool = self.pool
         await pool.apply_shared(resolve_shared(snap.org.company))
         for handle in pool.held():
             seat, tools = snap.org.seat(handle), pool.seat(handle)
@@ -103,38 +149,28 @@ def service(ctx: NodeContext) -> RoleService:
             if seat is not None and tools is not None:
                 await tools.apply(resolve_seat_servers(snap.org, seat))
 
-    def engine() -> TurnEngine:
-        eng: TurnEngine = state["engine"]
-        return eng
-
-    def seat_handles() -> list[str]:
-        if ctx.org is None or ctx.shedding:
-            return []
-        watch: EstateWatch | None = state.get("watch")
-        if watch is not None and not watch.admitted:  # FL-144 admission, FL-63 withdrawal
-            return []
-        return [s.handle for s in ctx.org.seats]
-
-    async def prepare(ctx: NodeContext, snap: CompanySnapshot) -> providers.ProviderSet:
-        provs = providers.build_providers(snap.resolved, base_dir=snap.base_dir, board=board())
+    async def prepare(self, ctx: NodeContext, snap: CompanySnapshot) -> providers.ProviderSet:
+        """Build the revision's provider clients; refuse one that cannot be built (FL-111)."""
+        provs = providers.build_providers(snap.resolved, base_dir=snap.base_dir, board=self.board())
         bad = _unconstructable(provs)
         if bad:
             await provs.aclose()
             raise ValueError("; ".join(bad))
         return provs
 
-    async def retire(old: providers.ProviderSet) -> None:
-        # FL-116: turns started before the swap keep the old clients; close them once none runs
-        while ctx.in_flight > 0:
+    async def retire(self, old: providers.ProviderSet) -> None:
+        """FL-116: turns started before the swap keep the old clients; close them once none runs."""
+        while self.ctx.in_flight > 0:
             await asyncio.sleep(1.0)
         with contextlib.suppress(Exception):
             await old.aclose()
 
-    async def apply(ctx: NodeContext, snap: CompanySnapshot, provs: Any) -> list[str]:
+    async def apply(self, ctx: NodeContext, snap: CompanySnapshot, provs: Any) -> list[str]:
+        """Swap in the new engine and providers, hand the seat host the new seat set, sweep now."""
         turns: TurnStore | None = ctx.extras.get("turns")
-        old = state.get("providers")
-        state["providers"] = provs
-        state["engine"] = TurnEngine(
+        old = self.providers
+        self.providers = provs
+        self._engine = TurnEngine(
             snap.org,
             provs,
             recorder=turns,
@@ -142,48 +178,61 @@ def service(ctx: NodeContext) -> RoleService:
             epoch=snap.epoch,
             capture_content=ctx.cfg.telemetry.capture_content,
             secrets=snap.secret_values,
-            mcp=surface,
-            budgets=budgets(),
+            mcp=self.surface,
+            budgets=self.budgets(),
         )
-        await reconcile_mcp(snap)
+        await self.reconcile_mcp(snap)
         if old is not None and old is not provs:
-            state["retired"].append(asyncio.create_task(retire(old), name="providers-retire"))
-        host: SeatHost | None = state.get("host")
+            self.retired.append(asyncio.create_task(self.retire(old), name="providers-retire"))
+        host = self.host
         if host is not None:
-            host.assign(seat_handles())
+            host.assign(self.seat_handles())
             host.nudge()  # claim added seats and release removed ones now, not at the next sweep
-        dispatcher: Dispatcher | None = state.get("dispatcher")
+        dispatcher = self.dispatcher
         if dispatcher is not None and dispatcher.parked:  # a raised ceiling releases parked seats now
             await dispatcher.check_parked()
         return ["seat_identities", "seat_tools"]
 
-    async def start(ctx: NodeContext) -> None:
+    # -- start: the seat host, where seat leases are claimed ----------------------------------------
+
+    async def start(self, ctx: NodeContext) -> None:
+        """Requeue abandoned messages, create the dispatcher and the seat host, assign, start (FL-48..FL-55)."""
         if ctx.coord is None:
             return
-        if "engine" not in state:
+        if self._engine is None:
             _log.warning("seats_idle", reason="no active company")
         bus: Bus = ctx.extras["bus"]
         turns: TurnStore = ctx.extras["turns"]
         if turns.abandoned_at_open:  # killed mid-turn last time: those messages wait to run again
             requeued = await requeue_abandoned(ctx.coord, turns.abandoned_at_open)
             _log.info("messages_requeued", count=requeued, abandoned=len(turns.abandoned_at_open))
-        await board().start()  # pulls the fleet's benches once now, then every 15 s (FL-121)
-        dispatcher = Dispatcher(ctx, bus, engine, turns, mcp=pool, budgets=budgets())
+        await self.board().start()  # pulls the fleet's benches once now, then every 15 s (FL-121)
+        dispatcher = Dispatcher(ctx, bus, self.engine, turns, mcp=self.pool, budgets=self.budgets())
+        host, fair = self._seat_host(dispatcher)
+        dispatcher.host = host
+        if "data" not in ctx.cfg.roles and ctx.cfg.coordination.type != "local":
+            self._watch_estate(host)
+        bus_fence = ctx.extras.get("seat_fence")
+        if isinstance(bus_fence, dict):
+            bus_fence["fence"] = host.holds  # the bus asks the seat host before every ack (FL-74)
+        self.host = host
+        self.dispatcher = dispatcher
+        ctx.extras["seats_health"] = lambda: {**host.health(), **(fair.health() if fair is not None else {})}
+        ctx.extras["seat_host"] = host
+        host.assign(self.seat_handles())
+        host.start()
+        if ctx.link is not None:
 
-        async def announce_release(handle: str, reason: str) -> None:
-            # ours: a voluntary release tells the fleet at once, so a successor claims within
-            # milliseconds rather than on its next 5 s sweep (its claim budget still applies)
-            if ctx.link is not None and not ctx.link.nc.is_closed:
-                await ctx.link.nc.publish(RELEASED_SUBJECT, ctx.owner.encode())
+            async def on_released_elsewhere(msg: Any) -> None:
+                if msg.data.decode(errors="replace") != ctx.owner:
+                    host.nudge()  # a peer freed a seat: sweep now, not on the timer
 
-        def selectors() -> dict[str, Selector]:
-            out: dict[str, Selector] = {}
-            for seat in ctx.org.seats if ctx.org is not None else ():
-                p = seat.role.placement
-                if p is not None:
-                    out[seat.handle] = Selector(p.node, tuple(sorted(p.labels.items())))
-            return out
+            self.released_sub = await ctx.link.nc.subscribe(RELEASED_SUBJECT, cb=on_released_elsewhere)
 
+    def _seat_host(self, dispatcher: Dispatcher) -> tuple[SeatHost, FairShare | None]:
+        """The seat host with the dispatcher's hooks and the placement policy (fair share, FL-56)."""
+        ctx = self.ctx
+        assert ctx.coord is not None
         fair: FairShare | None = None
         policy: PlacementPolicy = ClaimAll()
         if ctx.cfg.coordination.type != "local":  # local leases: this node is the whole company
@@ -192,8 +241,8 @@ def service(ctx: NodeContext) -> RoleService:
                 node_id=ctx.node_id,
                 labels=dict(ctx.cfg.node.labels),
                 protocol=PROTOCOL_VERSION,
-                selectors=selectors,
-                spawns=spawns,  # FL-56: only seats that fork MCP children spend the claim budget
+                selectors=self.selectors,
+                spawns=self.spawns,  # FL-56: only seats that fork MCP children spend the claim budget
             )
             policy = fair
         host = SeatHost(
@@ -207,78 +256,81 @@ def service(ctx: NodeContext) -> RoleService:
             on_quiesce=dispatcher.on_quiesce,
             on_resume=dispatcher.on_resume,
             policy=policy,
-            on_released=announce_release,
+            on_released=self.announce_release,
         )
-        dispatcher.host = host
-        if "data" not in ctx.cfg.roles and ctx.cfg.coordination.type != "local":
+        return host, fair
 
-            async def on_admission(admitted: bool) -> None:
-                host.assign(seat_handles())
-                if admitted:
-                    host.nudge()
-                else:  # FL-63: every seat back; a running turn finishes first (voluntary)
-                    await asyncio.gather(*(host.release(h, "unserviceable") for h in list(host.held())))
+    async def announce_release(self, handle: str, reason: str) -> None:
+        """Tell the fleet of a voluntary release at once (ours), so a successor claims within
+        milliseconds rather than on its next 5 s sweep (its claim budget still applies)."""
+        ctx = self.ctx
+        if ctx.link is not None and not ctx.link.nc.is_closed:
+            await ctx.link.nc.publish(RELEASED_SUBJECT, ctx.owner.encode())
 
-            watch = EstateWatch(ctx, router_of(ctx), on_change=on_admission)
-            state["watch"] = watch
-            watch.start()
-        bus_fence = ctx.extras.get("seat_fence")
-        if isinstance(bus_fence, dict):
-            bus_fence["fence"] = host.holds  # the bus asks the seat host before every ack (FL-74)
-        state["host"] = host
-        state["dispatcher"] = dispatcher
-        ctx.extras["seats_health"] = lambda: {**host.health(), **(fair.health() if fair is not None else {})}
-        ctx.extras["seat_host"] = host
-        host.assign(seat_handles())
-        host.start()
-        if ctx.link is not None:
+    def _watch_estate(self, host: SeatHost) -> None:
+        """A node without ``data`` holds seats only while the estate answers it (FL-144, FL-63)."""
+        ctx = self.ctx
 
-            async def on_released_elsewhere(msg: Any) -> None:
-                if msg.data.decode(errors="replace") != ctx.owner:
-                    host.nudge()  # a peer freed a seat: sweep now, not on the timer
+        async def on_admission(admitted: bool) -> None:
+            host.assign(self.seat_handles())
+            if admitted:
+                host.nudge()
+            else:  # FL-63: every seat back; a running turn finishes first (voluntary)
+                await asyncio.gather(*(host.release(h, "unserviceable") for h in list(host.held())))
 
-            state["released_sub"] = await ctx.link.nc.subscribe(RELEASED_SUBJECT, cb=on_released_elsewhere)
+        watch = EstateWatch(ctx, router_of(ctx), on_change=on_admission)
+        self.watch = watch
+        watch.start()
 
-    async def on_posture(ctx: NodeContext, posture: str) -> None:
-        host: SeatHost | None = state.get("host")
+    # -- posture, drain, stop ------------------------------------------------------------------------
+
+    async def on_posture(self, ctx: NodeContext, posture: str) -> None:
+        """FL-113: on shed/stuck every seat is released fenced (reason ``posture``); else sweep now."""
+        host = self.host
         if host is None:
             return
-        host.assign(seat_handles())
+        host.assign(self.seat_handles())
         if ctx.shedding:  # FL-113: released fenced, reason posture; the deliveries go to peers
             await asyncio.gather(*(host.release(h, "posture") for h in list(host.held())))
         else:
             host.nudge()
 
-    async def drain(ctx: NodeContext) -> None:
-        watch: EstateWatch | None = state.pop("watch", None)
+    async def drain(self, ctx: NodeContext) -> None:
+        """Stop the estate watch; release every seat voluntarily, each running turn first (FL-65)."""
+        watch, self.watch = self.watch, None
         if watch is not None:
             await watch.stop()
-        host: SeatHost | None = state.get("host")
+        host = self.host
         if host is None:
             return
         await host.stop(reason="drain")  # renews until every voluntary release is done (FL-65)
 
-    async def stop(ctx: NodeContext) -> None:
-        sub = state.get("released_sub")
+    async def stop(self, ctx: NodeContext) -> None:
+        """Close the release subscription, the providers, the cooldowns and every MCP child."""
+        sub = self.released_sub
         if sub is not None:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-        for task in state["retired"]:
+        for task in self.retired:
             task.cancel()
-        provs = state.get("providers")
+        provs = self.providers
         if provs is not None:
             await provs.aclose()
-        benches: providers.CooldownBoard | None = state.get("board")
+        benches = self._board
         if benches is not None:
             await benches.stop()
-        await pool.close()  # no child outlives the node's seats role
+        await self.pool.close()  # no child outlives the node's seats role
 
+
+def service(ctx: NodeContext) -> RoleService:
+    """Build the seats role for ``ctx`` (:class:`SeatsRole`'s hooks)."""
+    role = SeatsRole(ctx)
     return RoleService(
         name="seats",
-        start=start,
-        drain=drain,
-        stop=stop,
-        prepare=prepare,
-        apply=apply,
-        on_posture=on_posture,
+        start=role.start,
+        drain=role.drain,
+        stop=role.stop,
+        prepare=role.prepare,
+        apply=role.apply,
+        on_posture=role.on_posture,
     )

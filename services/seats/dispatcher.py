@@ -7,7 +7,7 @@ up to ``notification_coalesce_max_batch`` deliveries, both read from the org the
 (CO-38). The batch is split by conversation (:func:`shared.turns.partition`: one conversation key,
 one group; a trigger without a key is a group of its own), oldest conversation first, and each
 group is handed to :meth:`Dispatcher.handle`, which merges it into one trigger
-(:func:`shared.turns.merge_triggers`) and passes, in order:
+(:func:`shared.turns.merge_triggers`) and passes, in order (1-4: :mod:`~services.seats.screening`):
 
 1. an undecodable body → ``notification_skipped{reason: undecodable}``, acked (it is always a
    group of its own);
@@ -46,7 +46,7 @@ reply (clearing an earlier attempt's error), or ``failed`` with the outcome and 
 An engine-owed message naming a ``work_item`` also gets its reply as a comment there, once.
 
 Holding off (issue 14): a turn that asks for a redelivery holds its seat for the NAK delay
-(:meth:`Dispatcher.held`): the servers' ``Retry-After`` when they said, else a jittered
+(:meth:`Dispatcher.held`, :mod:`services.seats.holds`): the servers' ``Retry-After`` when they said, else a jittered
 exponential step; the seat fetches nothing and runs none of the batch's later groups until then.
 
 A voluntary release (drain, placement) lets the running turn finish before the mailbox detaches,
@@ -60,13 +60,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import random
-import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-from shared import logs, telemetry, tools
+from shared import logs
 from shared.budgets import Budgets, BudgetUnavailable
 from shared.bus import (
     Bus,
@@ -75,19 +72,17 @@ from shared.bus import (
     Delivery,
     Mailbox,
     MailboxDetached,
-    RetryLater,
-    wake_envelope,
 )
 from shared.leases import FENCED_REASONS, Ledger, SeatHost
 from shared.mcp import McpPool, resolve_seat_servers
 from shared.records import TurnStore
-from shared.router import open_router
 from shared.runtime import NodeContext
-from shared.turns import Trigger, TurnEngine, TurnResult, merge_triggers, partition
+from shared.turns import Trigger, TurnEngine, TurnResult, partition
 
 from . import asks
+from .holds import REDELIVERY_JITTER, SeatHolds, TurnRedelivery, redelivery_delay
 from .messages import comment_replies, message_status, now_iso, reply_of, set_message
-from .workspace import RouterWorkspace
+from .screening import ScreenedTurn, screen
 
 __all__ = [
     "REDELIVERY_JITTER",
@@ -100,18 +95,6 @@ _log = logs.get("seat.dispatcher")
 _UNPARK_INTERVAL = 5.0
 """Seconds between checks of a parked seat's budget (CO-37, ours): a window that turned, a raised
 ceiling or a reset on any node releases it within this long (an apply checks at once)."""
-REDELIVERY_JITTER = 0.25
-"""A redelivery's own backoff step is stretched by a random 0..25 % (ours, issue 14): seats that
-failed together on one provider do not come back in lockstep, and never sooner than the CO-7
-step (1 s doubling to 30 s)."""
-
-
-class TurnRedelivery(RetryLater):
-    """The turn asked for its delivery to be redelivered (fenced, or no provider before any effect).
-
-    NAKed with backoff, and no sooner than ``delay`` seconds when every key of the seat's providers
-    is benched that long (CO-42), so a long cooldown spends one delivery, not the budget (FL-82).
-    """
 
 
 class Dispatcher:
@@ -148,10 +131,9 @@ class Dispatcher:
         self.loops: dict[str, asyncio.Task[None]] = {}
         self._stopping: set[str] = set()
         self._busy: set[str] = set()  # seats whose handler is running a delivery now
-        # issue 14: a seat whose turn asked for a redelivery fetches and runs nothing until then
-        self._holds: dict[str, float] = {}  # seat -> monotonic instant its hold ends
-        self._streaks: dict[str, int] = {}  # seat -> redeliveries asked in a row (backoff attempt)
         self._released: dict[str, asyncio.Event] = {}  # seat -> set on release: a hold ends at once
+        # issue 14: a seat whose turn asked for a redelivery fetches and runs nothing until then
+        self.holds = SeatHolds(self._released)
         assert ctx.coord is not None
         self.ledger = Ledger(ctx.coord)
 
@@ -278,7 +260,7 @@ class Dispatcher:
     async def _loop(self, handle: str, box: Mailbox) -> None:
         while handle not in self._stopping and not box.detached:
             if self.held(handle):  # a turn asked for a redelivery: fetch nothing before it is due
-                await self._wait_hold(handle)
+                await self.holds.wait(handle)
                 continue
             max_batch, window = self._coalescing()
             try:
@@ -307,60 +289,8 @@ class Dispatcher:
     # -- holding off after a redelivery (issue 14) ---------------------------------------------
 
     def held(self, handle: str) -> float:
-        """Seconds left of the seat's hold (0.0 when it is not held).
-
-        A turn that asked for its delivery to be redelivered (no provider answered, every key
-        benched, ...) holds its seat for as long as that delivery's NAK delay: the seat fetches
-        no new batch meanwhile, and the later groups of the batch in hand wait too (kept alive,
-        FL-83), so six queued messages during a provider storm make one call per backoff step,
-        not six. A committed turn ends the hold.
-        """
-        until = self._holds.get(handle)
-        if until is None:
-            return 0.0
-        left = until - time.monotonic()
-        if left <= 0:
-            self._holds.pop(handle, None)
-            return 0.0
-        return left
-
-    async def _wait_hold(self, handle: str) -> None:
-        """Sleep out the seat's hold; return early when the seat is released."""
-        left = self.held(handle)
-        if not left:
-            return
-        released = self._released.get(handle)
-        if released is None:
-            await asyncio.sleep(left)
-            return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(released.wait(), left)
-
-    def _hold_for(self, handle: str, group: list[Delivery], box: Mailbox, result: TurnResult) -> float:
-        """Start the seat's hold after a turn that asked for a redelivery; return its length.
-
-        The length (issue 14, CO-7): what the servers asked (``result.retry_after``: the largest
-        ``Retry-After`` of the failed calls, or how long every key stays benched, CO-42) when they
-        said; else the bus's backoff step (1 s doubling to 30 s) for the larger of the delivery's
-        count and the seat's redeliveries in a row, stretched by :data:`REDELIVERY_JITTER`. Never
-        less than the NAK delay the mailbox itself applies (its step for the delivery count).
-        """
-        streak = self._streaks.get(handle, 0) + 1
-        self._streaks[handle] = streak
-        delivered = max(d.num_delivered for d in group)
-        delay = redelivery_delay(box.backoff(max(delivered, streak)), result.retry_after)
-        delay = max(delay, box.backoff(delivered))
-        self._holds[handle] = time.monotonic() + delay
-        _log.info(
-            "seat_turn_held",
-            seat=handle,
-            turn_id=result.turn_id,
-            seconds=round(delay, 3),
-            asked=result.retry_after,
-            attempt=max(delivered, streak),
-            error_kind=result.error_kind,
-        )
-        return delay
+        """Seconds left of the seat's hold (0.0 when it is not held): :meth:`SeatHolds.held`."""
+        return self.holds.held(handle)
 
     async def _dead_lettered(self, handle: str, d: Delivery, reason: str) -> None:
         """A delivery went to the dead-letter subject (FL-82): its API message reads
@@ -397,6 +327,9 @@ class Dispatcher:
     async def handle(self, handle: str, box: Mailbox, group: list[Delivery]) -> None:
         """Screen one conversation's deliveries and run their one turn (CO-11, CO-38).
 
+        The steps of the module docstring: :func:`~services.seats.screening.screen` (1-4 and the
+        merge), :meth:`_admit` (5-6), :meth:`_run` (7), :meth:`_commit` (8).
+
         Args:
             handle: The seat.
             box: The seat's mailbox, attached under the epoch the turn runs in.
@@ -408,98 +341,33 @@ class Dispatcher:
                 stopping, or the epoch moved during the turn): the batch goes back at once (FL-81).
             TurnRedelivery: The turn asked for its deliveries to be redelivered (NAK with backoff).
         """
-        ctx = self.ctx
-        first = group[0]
-        stream_seqs = [d.stream_seq for d in group]
-        decoded = [(d, d.envelope) for d in group if d.envelope is not None]
-        for d in group:
-            if d.envelope is None:
-                _log.warning(
-                    "notification_skipped", seat=handle, reason="undecodable", stream_seq=d.stream_seq
-                )
-        if not decoded:
+        turn = await screen(self.ctx, self.bus, self.ledger, self.engine, handle, box, group)
+        if turn is None:
             return
-        triggers = [Trigger.from_envelope(env.to_dict(), headers=d.headers) for d, env in decoded]
-        org = ctx.org
-        seat = org.seat(handle) if org is not None else None
-        if seat is None or ctx.shedding:
-            # A seat an apply removed keeps its mail until it is re-added (its mailbox is not
-            # retired here): defer, never ack, and the role_gone release detaches (FL-66). A
-            # shedding node defers too (FL-113): one delivery spent, the message goes to a peer.
-            _log.info(
-                "notification_deferred",
-                seat=handle,
-                reason="shedding" if ctx.shedding else "seat_removed",
-                event_id=triggers[0].event_id,
-                event_ids=[t.event_id for t in triggers],
-            )
-            raise Deferred()
-        if seat.kind == "human":
-            for t in triggers:
-                _log.info("notification_skipped", seat=handle, reason="human_seat", event_id=t.event_id)
-            return
-        ids = list(dict.fromkeys(i for t in triggers for i in t.event_ids))
-        done = await self.ledger.worked(handle, ids)
-        if ids and set(ids) <= done:
-            _log.info(
-                "turn_trigger_skipped",
-                seat=handle,
-                epoch=box.epoch,
-                stream_seq=first.stream_seq,
-                stream_seqs=stream_seqs,
-                event_id=triggers[0].event_id,
-                event_ids=ids,
-                reason="already_worked",
-            )
-            return
-        # FL-88: a redelivery that partially overlaps (A and B done, then A+B+C) runs only C
-        todo = [t for t in triggers if not set(t.event_ids) <= done]
-        engine = self.engine()
-        limit = org.company.turn_engine.delegation_depth_limit
-        for capped in [t for t in todo if t.delegation_depth >= limit]:
-            refused_id = str(uuid.uuid4())
-            await engine.refuse(
-                handle,
-                capped,
-                kind="depth_cap",
-                workspace=self._workspace(handle, box.epoch, refused_id),
-                turn_id=refused_id,
-                error=f"delegation_depth {capped.delegation_depth} >= limit {limit}",
-            )
-        todo = [t for t in todo if t.delegation_depth < limit]
-        # FL-124: an a2a_request whose channel is closed or gone is skipped (store down: admitted)
-        todo = [t for t in todo if await asks.admit(ctx, handle, t)]
-        if not todo:
-            return
-        trigger = merge_triggers(todo)
-        ids = list(trigger.event_ids)
-        if len(ids) > 1:
-            _log.info(
-                "notifications_coalesced",
-                seat=handle,
-                conversation_key=trigger.conversation_key,
-                event_ids=ids,
-                stream_seqs=stream_seqs,
-                count=len(ids),
-            )
-        turn_id = str(uuid.uuid4())
-        basis = trigger.payload.get("basis") if trigger.payload else None
-        workspace = self._workspace(
-            handle, box.epoch, turn_id, basis=basis if isinstance(basis, str) and basis else None
-        )
+        epoch = await self._admit(handle, box)
+        result = await self._run(handle, box, turn, epoch)
+        await self._commit(handle, box, group, turn, epoch, result)
+
+    async def _admit(self, handle: str, box: Mailbox) -> int:
+        """Steps 5-6: wait out a hold, then the seat host's ``may_start`` and the drain; the epoch."""
         if self.held(handle):
             # an earlier group of this batch asked for a redelivery (issue 14): this one waits its
             # turn instead of calling the provider at once; every delivery held is kept alive
             async with box.keepalive(*box.outstanding()):
-                await self._wait_hold(handle)
+                await self.holds.wait(handle)
             if handle in self._stopping:
                 raise Deferred()
         host = self.host
         epoch = host.may_start(handle) if host is not None else box.epoch
         if epoch is None or epoch != box.epoch:
             raise Deferred()
-        if ctx.draining:
+        if self.ctx.draining:
             raise Deferred()
+        return epoch
+
+    async def _run(self, handle: str, box: Mailbox, turn: ScreenedTurn, epoch: int) -> TurnResult:
+        """Step 7: one ``max_concurrent`` slot, then the turn, fenced and with keepalives (FL-74, FL-83)."""
+        ctx, host = self.ctx, self.host
         async with self.slots:
             if ctx.draining or handle in self._stopping:
                 raise Deferred()
@@ -508,13 +376,13 @@ class Dispatcher:
                 "seat_turn_admitted",
                 seat=handle,
                 epoch=epoch,
-                turn_id=turn_id,
-                stream_seq=first.stream_seq,
-                stream_seqs=stream_seqs,
-                num_delivered=first.num_delivered,
-                event_ids=ids,
+                turn_id=turn.turn_id,
+                stream_seq=turn.first.stream_seq,
+                stream_seqs=turn.stream_seqs,
+                num_delivered=turn.first.num_delivered,
+                event_ids=turn.ids,
             )
-            await self._set_messages(trigger, status="running", turn_id=turn_id, node=ctx.node_id)
+            await self._set_messages(turn.trigger, status="running", turn_id=turn.turn_id, node=ctx.node_id)
 
             async def fence() -> bool:
                 return host.may_continue(handle, epoch) if host is not None else True
@@ -524,12 +392,24 @@ class Dispatcher:
                 async with box.keepalive(*box.outstanding()):
                     if self.mcp is not None:  # a server that died mid-session comes back for this turn
                         await self.mcp.revive(handle)
-                    with asks.bound(ctx, self.bus, trigger):  # what a2a_ask needs (CO-36)
-                        result = await engine.run(
-                            handle, trigger, workspace=workspace, fence=fence, turn_id=turn_id
+                    with asks.bound(ctx, self.bus, turn.trigger):  # what a2a_ask needs (CO-36)
+                        return await turn.engine.run(
+                            handle, turn.trigger, workspace=turn.workspace, fence=fence, turn_id=turn.turn_id
                         )
             finally:
                 ctx.in_flight -= 1
+
+    async def _commit(
+        self,
+        handle: str,
+        box: Mailbox,
+        group: list[Delivery],
+        turn: ScreenedTurn,
+        epoch: int,
+        result: TurnResult,
+    ) -> None:
+        """Step 8: the ledger rows and message statuses, or a fenced/parked/redelivered outcome."""
+        ctx, host, trigger, turn_id = self.ctx, self.host, turn.trigger, turn.turn_id
         if host is not None and not host.holds(handle, epoch):
             # The seat moved while the turn ran (a stopped or cut-off node: a zombie). Whatever this
             # node wrote now (the ledger rows, the message's status) would land under a superseded
@@ -540,46 +420,27 @@ class Dispatcher:
                 seat=handle,
                 epoch=epoch,
                 turn_id=turn_id,
-                stream_seq=first.stream_seq,
-                stream_seqs=stream_seqs,
+                stream_seq=turn.first.stream_seq,
+                stream_seqs=turn.stream_seqs,
                 outcome=result.outcome,
             )
             raise Deferred()
-        if result.error_kind == "budget_exhausted":
-            self.park(handle, result.budget or {})
-        if result.redeliver and result.error_kind == "budget_exhausted":
-            # parked (CO-37): the deliveries go back to the mailbox at once and wait there until
-            # the budget has room; the seat fetches nothing meanwhile
-            await self._set_messages(trigger, status="parked", error=result.error)
-            raise Deferred()
-        if result.redeliver:
-            delay = self._hold_for(handle, group, box, result)
-            await self._set_messages(
-                trigger,
-                status="queued",
-                error=result.error,
-                error_kind=result.error_kind,
-                outcome=result.outcome,
-                turn_id=turn_id,
-                retry_in_seconds=round(delay, 3),
-            )
-            raise TurnRedelivery(f"turn {turn_id} {result.outcome}: {result.error_kind or ''}", delay=delay)
-        self._streaks.pop(handle, None)
-        self._holds.pop(handle, None)
+        await self._unless_redelivered(handle, box, group, turn, result)
+        self.holds.clear(handle)
         reply = reply_of(result)
         # the reply comment lands before the ledger rows: a crash in between reruns the turn, and
         # the comment's derived op id collapses the repeat (once per message, CO-8)
         await comment_replies(ctx, handle, epoch, trigger, result, reply)
-        for event_id in ids:
+        for event_id in turn.ids:
             await self.ledger.record(handle, event_id, {"turn_id": turn_id, "outcome": result.outcome})
         _log.info(
             "seat_turn_committed",
             seat=handle,
             epoch=epoch,
             turn_id=turn_id,
-            stream_seq=first.stream_seq,
-            stream_seqs=stream_seqs,
-            event_ids=ids,
+            stream_seq=turn.first.stream_seq,
+            stream_seqs=turn.stream_seqs,
+            event_ids=turn.ids,
             outcome=result.outcome,
         )
         await asyncio.gather(
@@ -590,42 +451,36 @@ class Dispatcher:
         )
         await asks.answered(ctx, self.bus, handle, trigger, result)  # a2a_request's reply (CO-36)
 
-    def _workspace(
-        self, handle: str, epoch: int, turn_id: str, *, basis: str | None = None
-    ) -> RouterWorkspace:
-        """The seat's tool workspace for one turn: fenced writes, assignment and comment wakes
-        (CO-10, CO-41), and the trigger's external basis for items it files (CO-35)."""
-        org = self.ctx.org
-        agents = {s.handle for s in org.seats} if org is not None else set()
+    async def _unless_redelivered(
+        self, handle: str, box: Mailbox, group: list[Delivery], turn: ScreenedTurn, result: TurnResult
+    ) -> None:
+        """Park the seat on ``budget_exhausted`` (CO-37); raise when the turn asked for a redelivery.
 
-        async def wake(assignee: str, key: str, writer: str) -> None:
-            headers: dict[str, str] = {}
-            telemetry.inject(headers)  # the execute_tool span is current: the woken turn joins this trace
-            env = wake_envelope(key, writer, parent_turn_id=turn_id)
-            try:
-                await self.bus.publish_to_seat(
-                    assignee, env, msg_id=f"wake:{key}:{assignee}:{turn_id}", headers=headers
-                )
-                _log.info("tracker_wake_published", seat=assignee, work_item=key, writer=writer)
-            except BusUnavailable as e:
-                _log.warning("tracker_wake_failed", seat=assignee, work_item=key, error=str(e))
-
-        return RouterWorkspace(
-            open_router(self.ctx),
-            self.ctx.objects,
-            seat=handle,
-            epoch=epoch,
-            agent_seats=agents,
-            wake=wake,
-            comment_wake=functools.partial(
-                tools.publish_comment_wakes,
-                self.bus,
-                self.ctx.coord,
-                agent_seats=agents,
-                parent_turn_id=turn_id,
-            ),
-            basis=basis,
-        )
+        Raises:
+            Deferred: parked: the deliveries go back at once and wait for the budget.
+            TurnRedelivery: NAK after the seat's hold (issue 14).
+        """
+        if result.error_kind == "budget_exhausted":
+            self.park(handle, result.budget or {})
+        if result.redeliver and result.error_kind == "budget_exhausted":
+            # parked (CO-37): the deliveries go back to the mailbox at once and wait there until
+            # the budget has room; the seat fetches nothing meanwhile
+            await self._set_messages(turn.trigger, status="parked", error=result.error)
+            raise Deferred()
+        if result.redeliver:
+            delay = self.holds.start(handle, group, box, result)
+            await self._set_messages(
+                turn.trigger,
+                status="queued",
+                error=result.error,
+                error_kind=result.error_kind,
+                outcome=result.outcome,
+                turn_id=turn.turn_id,
+                retry_in_seconds=round(delay, 3),
+            )
+            raise TurnRedelivery(
+                f"turn {turn.turn_id} {result.outcome}: {result.error_kind or ''}", delay=delay
+            )
 
 
 def _trigger_of(d: Delivery) -> Trigger | None:
@@ -640,21 +495,3 @@ def _trigger_of(d: Delivery) -> Trigger | None:
 def _conversations(batch: list[Delivery]) -> list[list[Delivery]]:
     """Split one drain batch by conversation, oldest conversation first (CO-38, FL-85)."""
     return partition(batch, _trigger_of)
-
-
-def redelivery_delay(step: float, asked: float | None, *, rng: Callable[[], float] = random.random) -> float:
-    """Seconds a turn's delivery waits before it is redelivered (issue 14, CO-7).
-
-    Args:
-        step: The backoff step for this attempt, in seconds (the bus's: 1 s doubling to 30 s).
-        asked: What the servers asked (``Retry-After``, capped at 300 s, or a bench's time left,
-            CO-42), in seconds; None when none said.
-        rng: A source of floats in [0, 1) for the jitter.
-
-    Returns:
-        ``asked`` when given (the server knows best; never shortened); else ``step`` stretched by a
-        random 0..:data:`REDELIVERY_JITTER` of itself.
-    """
-    if asked is not None:
-        return max(0.0, asked)
-    return step * (1.0 + REDELIVERY_JITTER * rng())

@@ -18,12 +18,15 @@ the commenting seat itself, at most six per seat and item per hour.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from shared import estate, logs, objects
-from shared.router import EstateCalls, NobodyAnswered, RouterError, SeatCalls
+from shared import estate, logs, objects, telemetry, tools
+from shared.bus import Bus, BusUnavailable, wake_envelope
+from shared.router import EstateCalls, NobodyAnswered, RouterError, SeatCalls, open_router
+from shared.runtime import NodeContext
 from shared.tools import (
     WorkspaceConflict,
     WorkspaceError,
@@ -32,9 +35,10 @@ from shared.tools import (
     WorkspaceUnavailable,
 )
 
-__all__ = ["CommentWake", "RouterWorkspace", "Wake"]
+__all__ = ["CommentWake", "RouterWorkspace", "Wake", "seat_workspace"]
 
 _log = logs.get("seat.workspace")
+_wake_log = logs.get("seat.dispatcher")
 
 Wake = Callable[[str, str, str], Awaitable[None]]
 """``wake(assignee, work_item_key, writer)``: publish a tracker wake to ``assignee``'s inbox."""
@@ -310,3 +314,44 @@ class RouterWorkspace:
             raise _translate(e) from None
         files = data.get("files", []) if isinstance(data, dict) else data
         return [dict(f) for f in files]
+
+
+def seat_workspace(
+    ctx: NodeContext, bus: Bus, handle: str, epoch: int, turn_id: str, *, basis: str | None = None
+) -> RouterWorkspace:
+    """The seat's tool workspace for one turn: fenced writes, assignment and comment wakes
+    (CO-10, CO-41), and the trigger's external basis for items it files (CO-35).
+
+    The wakes are logged by the dispatcher's logger (``seat.dispatcher``), as they always were.
+    """
+    org = ctx.org
+    agents = {s.handle for s in org.seats} if org is not None else set()
+
+    async def wake(assignee: str, key: str, writer: str) -> None:
+        headers: dict[str, str] = {}
+        telemetry.inject(headers)  # the execute_tool span is current: the woken turn joins this trace
+        env = wake_envelope(key, writer, parent_turn_id=turn_id)
+        try:
+            await bus.publish_to_seat(
+                assignee, env, msg_id=f"wake:{key}:{assignee}:{turn_id}", headers=headers
+            )
+            _wake_log.info("tracker_wake_published", seat=assignee, work_item=key, writer=writer)
+        except BusUnavailable as e:
+            _wake_log.warning("tracker_wake_failed", seat=assignee, work_item=key, error=str(e))
+
+    return RouterWorkspace(
+        open_router(ctx),
+        ctx.objects,
+        seat=handle,
+        epoch=epoch,
+        agent_seats=agents,
+        wake=wake,
+        comment_wake=functools.partial(
+            tools.publish_comment_wakes,
+            bus,
+            ctx.coord,
+            agent_seats=agents,
+            parent_turn_id=turn_id,
+        ),
+        basis=basis,
+    )

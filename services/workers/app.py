@@ -50,7 +50,7 @@ from .objects import Collector, objects_heartbeat
 from .retention import Retention, RetentionSettings
 from .scheduler import Fire, Scheduler
 
-__all__ = ["MAINTENANCE_INTERVAL", "TURN_RETENTION", "service"]
+__all__ = ["MAINTENANCE_INTERVAL", "TURN_RETENTION", "WorkersRole", "service"]
 
 MAINTENANCE_INTERVAL = 300.0
 """Seconds between maintenance ticks."""
@@ -60,14 +60,28 @@ TURN_RETENTION = timedelta(days=30)
 _log = logs.get("workers")
 
 
-def service(ctx: NodeContext) -> RoleService:
-    """Build the workers role for ``ctx``."""
-    state: dict[str, Any] = {"tasks": [], "stopping": asyncio.Event()}
+class WorkersRole:
+    """The workers role's state on one node and its duty ticks (FL-91..FL-95).
+
+    :meth:`start` creates the duty leases (:class:`shared.leases.Duties`) and one loop per duty;
+    each ``*_tick`` method is one duty's work, run only while this node holds its lease.
+    """
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+        self.tasks: list[asyncio.Task[None]] = []
+        self.stopping = asyncio.Event()
+        self.duties: Duties | None = None
+        self.scheduler: Scheduler | None = None
+        self.retention: Retention | None = None
+        self.objects_alarms: Alarms | None = None
+        self.shed_logged = False
 
     async def loop(
-        duties: Duties, duty: str, interval: Callable[[], float], tick: Callable[[], Awaitable[None]]
+        self, duties: Duties, duty: str, interval: Callable[[], float], tick: Callable[[], Awaitable[None]]
     ) -> None:
-        stopping: asyncio.Event = state["stopping"]
+        """Claim ``duty`` every tick, run ``tick`` while held, give the duty back after the last (FL-95)."""
+        stopping = self.stopping
         while not stopping.is_set():
             if await duties.try_acquire(duty) is not None:
                 try:
@@ -78,7 +92,8 @@ def service(ctx: NodeContext) -> RoleService:
                 await asyncio.wait_for(stopping.wait(), interval())
         await duties.release(duty)  # after the last tick (FL-95)
 
-    async def start(ctx: NodeContext) -> None:
+    async def start(self, ctx: NodeContext) -> None:
+        """Create the duty leases, the scheduler, retention and the objects alarms; start the loops."""
         if ctx.coord is None:
             return
         duties = Duties(
@@ -89,122 +104,143 @@ def service(ctx: NodeContext) -> RoleService:
             workers="workers" in ctx.cfg.roles,
             lease_ttl=timedelta(seconds=ctx.cfg.coordination.lease_ttl_seconds),
         )
-        state["duties"] = duties
+        self.duties = duties
         ctx.extras["duties"] = duties
-
-        async def publish(handle: str, fire: Fire) -> None:
-            bus = ctx.extras.get("bus")
-            if not isinstance(bus, Bus):
-                raise BusUnavailable("the bus is not open")
-            env = Envelope.new(
-                "task_assigned",
-                source="schedule",
-                payload={
-                    "text": fire.task,
-                    "source": "schedule",
-                    "schedule": fire.name,
-                    "scope": f"{fire.scope_type}:{fire.scope_id}",
-                    "fire_label": fire.label,
-                    "fired_at": fire.at.isoformat(),
-                    "timeout_seconds": fire.timeout_seconds,
-                    "catchup": fire.catchup,
-                },
-            )
-            await bus.publish_to_seat(handle, env, msg_id=fire.claim_key)
-
-        scheduler = Scheduler(ctx.coord, publish, holder=ctx.owner)
-        ctx.extras["scheduler"] = scheduler
-
-        async def scheduler_tick() -> None:
-            if ctx.org is None:
-                return
-            if not ctx.org.company.scheduling.enabled:
-                scheduler.skip_to(datetime.now(UTC))
-                return
-            if ctx.shedding:  # FL-97: a node behind the fleet fires nothing; the window stays open
-                if not state.get("shed_logged"):
-                    _log.warning("scheduler_shed", posture=ctx.posture)
-                    state["shed_logged"] = True
-                return
-            state["shed_logged"] = False
-            await scheduler.tick(ctx.org)
-
-        async def maintenance_tick() -> None:
-            turns = ctx.extras.get("turns")
-            if isinstance(turns, records.TurnStore):
-                pruned = await records.prune_turns(turns, keep=TURN_RETENTION.total_seconds())
-                if pruned:
-                    _log.info("maintenance_pruned", table="turns", rows=pruned)
-            if ctx.coord is not None:
-                # FL-99: idle A2A channels close, long-closed ones go; an unreadable listing raises
-                # CoordinationUnavailable, logged by the duty loop as duty_tick_failed
-                await channels.sweep_channels(ctx.coord)
-
-        retention: Retention | None = None
+        self.scheduler = Scheduler(ctx.coord, self.publish, holder=ctx.owner)
+        ctx.extras["scheduler"] = self.scheduler
         if ctx.link is not None:
-            retention = Retention(
+            self.retention = Retention(
                 ctx.coord, ctx.link.js, node_id=ctx.node_id, settings=RetentionSettings.from_config(ctx.cfg)
             )
-            ctx.extras["retention"] = retention
-
-            async def evicted(domain: str, now_us: int) -> list[str]:
-                # ES-47: a node evicted more than a minute ago stops counting (gates: the local copy)
-                est = ctx.extras.get("estate")
-                if est is None:
-                    return []
-                since = await est.store.read(evicted_since)
-                grace = int(eviction_grace() * 1_000_000)
-                return [n for n, at in since.get(domain, {}).items() if now_us - at >= grace]
-
-            retention.evicted = evicted
-
-        async def retention_tick() -> None:
-            if retention is not None:
-                await retention.tick()
-
-        objects_alarms = Alarms()
-        ctx.extras["objects_alarms"] = objects_alarms
-
-        async def objects_tick() -> None:
-            est = ctx.extras.get("estate")
-            if ctx.objects is None or est is None or ctx.coord is None:
-                return
-            if ctx.extras.get("mode") in ("maintenance", "seal") or ctx.draining or ctx.shedding:
-                return  # ES-75: not in maintenance/seal modes; a shedding node acts on nothing
-            collector = ctx.extras.get("objects_collector")
-            if not isinstance(collector, Collector) or collector.store is not ctx.objects:
-                collector = Collector(ctx.objects, est, ctx.coord, node_id=ctx.node_id, alarms=objects_alarms)
-                ctx.extras["objects_collector"] = collector
-            await collector.tick()
-
-        def tick_seconds() -> float:
-            return float(ctx.org.company.scheduling.tick_seconds) if ctx.org is not None else 10.0
-
-        state["tasks"] = [
+            ctx.extras["retention"] = self.retention
+            self.retention.evicted = self.evicted
+        self.objects_alarms = Alarms()
+        ctx.extras["objects_alarms"] = self.objects_alarms
+        self.tasks = [
             asyncio.create_task(
-                loop(duties, "scheduler", tick_seconds, scheduler_tick), name="duty-scheduler"
+                self.loop(duties, "scheduler", self.tick_seconds, self.scheduler_tick), name="duty-scheduler"
             ),
             asyncio.create_task(
-                loop(duties, "maintenance", lambda: MAINTENANCE_INTERVAL, maintenance_tick),
+                self.loop(duties, "maintenance", lambda: MAINTENANCE_INTERVAL, self.maintenance_tick),
                 name="duty-maintenance",
             ),
             asyncio.create_task(
-                loop(duties, "retention", lambda: float(ctx.cfg.retention.trim_tick), retention_tick),
+                self.loop(
+                    duties, "retention", lambda: float(ctx.cfg.retention.trim_tick), self.retention_tick
+                ),
                 name="duty-retention",
             ),
             asyncio.create_task(
-                loop(duties, "objects", objects_heartbeat, objects_tick), name="duty-objects"
+                self.loop(duties, "objects", objects_heartbeat, self.objects_tick), name="duty-objects"
             ),
         ]
 
-    async def drain(ctx: NodeContext) -> None:
-        state["stopping"].set()
-        for task in state["tasks"]:
+    # -- scheduler (CO-33) ---------------------------------------------------------------------------
+
+    async def publish(self, handle: str, fire: Fire) -> None:
+        """Put one schedule fire on the seat's inbox as ``task_assigned`` (deduplicated on its claim key)."""
+        bus = self.ctx.extras.get("bus")
+        if not isinstance(bus, Bus):
+            raise BusUnavailable("the bus is not open")
+        env = Envelope.new(
+            "task_assigned",
+            source="schedule",
+            payload={
+                "text": fire.task,
+                "source": "schedule",
+                "schedule": fire.name,
+                "scope": f"{fire.scope_type}:{fire.scope_id}",
+                "fire_label": fire.label,
+                "fired_at": fire.at.isoformat(),
+                "timeout_seconds": fire.timeout_seconds,
+                "catchup": fire.catchup,
+            },
+        )
+        await bus.publish_to_seat(handle, env, msg_id=fire.claim_key)
+
+    def tick_seconds(self) -> float:
+        """``scheduling.tick_seconds`` of the applied org (10 s without one)."""
+        ctx = self.ctx
+        return float(ctx.org.company.scheduling.tick_seconds) if ctx.org is not None else 10.0
+
+    async def scheduler_tick(self) -> None:
+        """Fire what is due; skip to now while disabled; fire nothing while the node sheds (FL-97)."""
+        ctx, scheduler = self.ctx, self.scheduler
+        assert scheduler is not None
+        if ctx.org is None:
+            return
+        if not ctx.org.company.scheduling.enabled:
+            scheduler.skip_to(datetime.now(UTC))
+            return
+        if ctx.shedding:  # FL-97: a node behind the fleet fires nothing; the window stays open
+            if not self.shed_logged:
+                _log.warning("scheduler_shed", posture=ctx.posture)
+                self.shed_logged = True
+            return
+        self.shed_logged = False
+        await scheduler.tick(ctx.org)
+
+    # -- maintenance, retention, objects -----------------------------------------------------------------
+
+    async def maintenance_tick(self) -> None:
+        """Prune old turn records (FL-99), then sweep the A2A channels."""
+        ctx = self.ctx
+        turns = ctx.extras.get("turns")
+        if isinstance(turns, records.TurnStore):
+            pruned = await records.prune_turns(turns, keep=TURN_RETENTION.total_seconds())
+            if pruned:
+                _log.info("maintenance_pruned", table="turns", rows=pruned)
+        if ctx.coord is not None:
+            # FL-99: idle A2A channels close, long-closed ones go; an unreadable listing raises
+            # CoordinationUnavailable, logged by the duty loop as duty_tick_failed
+            await channels.sweep_channels(ctx.coord)
+
+    async def evicted(self, domain: str, now_us: int) -> list[str]:
+        """ES-47: nodes evicted more than the grace ago stop counting (gates: the local copy)."""
+        est = self.ctx.extras.get("estate")
+        if est is None:
+            return []
+        since = await est.store.read(evicted_since)
+        grace = int(eviction_grace() * 1_000_000)
+        return [n for n, at in since.get(domain, {}).items() if now_us - at >= grace]
+
+    async def retention_tick(self) -> None:
+        """One trim of the tracker and pages logs (ES-47, ES-48), when the node has a broker link."""
+        if self.retention is not None:
+            await self.retention.tick()
+
+    async def objects_tick(self) -> None:
+        """One object-store collection (ES-75); skipped in maintenance/seal, draining or shedding."""
+        ctx = self.ctx
+        est = ctx.extras.get("estate")
+        if ctx.objects is None or est is None or ctx.coord is None:
+            return
+        if ctx.extras.get("mode") in ("maintenance", "seal") or ctx.draining or ctx.shedding:
+            return  # ES-75: not in maintenance/seal modes; a shedding node acts on nothing
+        collector = ctx.extras.get("objects_collector")
+        if not isinstance(collector, Collector) or collector.store is not ctx.objects:
+            assert self.objects_alarms is not None  # made by start, before any loop
+            collector = Collector(
+                ctx.objects, est, ctx.coord, node_id=ctx.node_id, alarms=self.objects_alarms
+            )
+            ctx.extras["objects_collector"] = collector
+        await collector.tick()
+
+    # -- drain, apply ------------------------------------------------------------------------------------
+
+    async def drain(self, ctx: NodeContext) -> None:
+        """Each loop finishes its tick, then gives its duty back (FL-95); 30 s each at most."""
+        self.stopping.set()
+        for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 30.0)
 
-    async def apply(ctx: NodeContext, snap: CompanySnapshot, prepared: Any) -> list[str]:
-        # the scheduler reads ctx.org at every tick: the swap is the whole apply (FL-114)
+    async def apply(self, ctx: NodeContext, snap: CompanySnapshot, prepared: Any) -> list[str]:
+        """The scheduler reads ``ctx.org`` at every tick: the swap is the whole apply (FL-114)."""
         return ["scheduler"]
 
-    return RoleService(name="workers", start=start, drain=drain, apply=apply)
+
+def service(ctx: NodeContext) -> RoleService:
+    """Build the workers role for ``ctx`` (:class:`WorkersRole`'s hooks)."""
+    role = WorkersRole(ctx)
+    return RoleService(name="workers", start=role.start, drain=role.drain, apply=role.apply)

@@ -373,54 +373,8 @@ class Collector:
         pin, why = await self._pin()
         named = await self.est.store.read(_named)
         errors: list[str] = []
-        deleted: list[dict[str, Any]] = []
-        kept: list[dict[str, Any]] = []
-        for obj in listed:
-            if obj.key in named:
-                continue
-            age = now - obj.modified if obj.modified else 0.0
-            if age < self.grace or why or pin is None:
-                reason = "young" if age < self.grace else "not_pinned"
-                kept.append({"key": obj.key, "age_seconds": round(age, 1), "reason": reason})
-                continue
-            try:
-                again = await modified_at(self.store, obj.key)
-                if again is None:
-                    continue
-                if again and now - again < self.grace:  # re-stored since the listing: an upload on its way
-                    kept.append({"key": obj.key, "age_seconds": round(now - again, 1), "reason": "young"})
-                    continue
-                if await self.store.delete(obj.key):
-                    deleted.append({"key": obj.key, "age_seconds": round(age, 1), "size": obj.size})
-                    _log.info("objects_orphan_deleted", key=obj.key, age_seconds=round(age, 1), size=obj.size)
-            except objects.ObjectsError as e:
-                errors.append(f"deleting {obj.key}: {e}")
-        missing: list[dict[str, Any]] = []
-        for key, row in sorted(named.items()):
-            try:
-                info = await self.store.head(key)
-            except objects.ObjectsError as e:
-                errors.append(f"auditing {key}: {e}")
-                continue
-            problem = ""
-            if info is None:
-                problem = "absent"
-            elif info.size != row["size"]:
-                problem = "size"
-            elif info.sha256 and row["sha256"] and info.sha256.lower() != row["sha256"].lower():
-                problem = "digest"
-            if problem:
-                missing.append(
-                    {
-                        "key": key,
-                        "file": row["file"],
-                        "problem": problem,
-                        "expected_size": row["size"],
-                        "expected_sha256": row["sha256"],
-                        "found_size": None if info is None else info.size,
-                        "found_sha256": None if info is None else info.sha256,
-                    }
-                )
+        deleted, kept = await self._delete_orphans(listed, named, now, pin, why, errors)
+        missing = await self._audit(named, errors)
         findings: dict[str, Any] = {
             "at": datetime.fromtimestamp(now, UTC).isoformat().replace("+00:00", "Z"),
             "at_unix": now,
@@ -459,3 +413,73 @@ class Collector:
         )
         self.last = findings
         return findings
+
+    async def _delete_orphans(
+        self,
+        listed: list[StoredObject],
+        named: dict[str, Any],
+        now: float,
+        pin: dict[str, Any] | None,
+        why: str,
+        errors: list[str],
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Delete each unnamed object older than the grace, when the estate is pinned (ES-75).
+
+        Returns ``(deleted, kept)`` rows; a failed delete is appended to ``errors``.
+        """
+        deleted: list[dict[str, Any]] = []
+        kept: list[dict[str, Any]] = []
+        for obj in listed:
+            if obj.key in named:
+                continue
+            age = now - obj.modified if obj.modified else 0.0
+            if age < self.grace or why or pin is None:
+                reason = "young" if age < self.grace else "not_pinned"
+                kept.append({"key": obj.key, "age_seconds": round(age, 1), "reason": reason})
+                continue
+            try:
+                again = await modified_at(self.store, obj.key)
+                if again is None:
+                    continue
+                if again and now - again < self.grace:  # re-stored since the listing: an upload on its way
+                    kept.append({"key": obj.key, "age_seconds": round(now - again, 1), "reason": "young"})
+                    continue
+                if await self.store.delete(obj.key):
+                    deleted.append({"key": obj.key, "age_seconds": round(age, 1), "size": obj.size})
+                    _log.info("objects_orphan_deleted", key=obj.key, age_seconds=round(age, 1), size=obj.size)
+            except objects.ObjectsError as e:
+                errors.append(f"deleting {obj.key}: {e}")
+        return deleted, kept
+
+    async def _audit(self, named: dict[str, Any], errors: list[str]) -> list[dict[str, Any]]:
+        """Head every named object: the absent ones and those whose size or digest differ (ES-75).
+
+        A failed head is appended to ``errors``.
+        """
+        missing: list[dict[str, Any]] = []
+        for key, row in sorted(named.items()):
+            try:
+                info = await self.store.head(key)
+            except objects.ObjectsError as e:
+                errors.append(f"auditing {key}: {e}")
+                continue
+            problem = ""
+            if info is None:
+                problem = "absent"
+            elif info.size != row["size"]:
+                problem = "size"
+            elif info.sha256 and row["sha256"] and info.sha256.lower() != row["sha256"].lower():
+                problem = "digest"
+            if problem:
+                missing.append(
+                    {
+                        "key": key,
+                        "file": row["file"],
+                        "problem": problem,
+                        "expected_size": row["size"],
+                        "expected_sha256": row["sha256"],
+                        "found_size": None if info is None else info.size,
+                        "found_sha256": None if info is None else info.sha256,
+                    }
+                )
+        return missing

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import structlog
 
-from crewlet.node import _report_drain
+from crewlet._node_drain import report_drain as _report_drain
 from tests.main_job.llm import OpenAIRouted
 from tests.main_job.support import company_with_provider, post_message, wait_for
 from tests.main_job.wire import OPENAI
