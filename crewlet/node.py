@@ -84,6 +84,7 @@ from shared.runtime import (
 )
 from shared.secrets import Keyring, SecretStore
 
+from ._fleet_metrics import FleetCollector
 from .apply import NodeApplier
 from .custody import close_custody, emit_event, open_custody, turn_event
 
@@ -226,7 +227,7 @@ def _mount_metrics(app: FastAPI, ctx: NodeContext) -> None:
     probes and ``/metrics`` and nothing else of the API (FL-16 otherwise). Without this, the turns,
     tokens, alarms and apply lag of seats-only nodes (a satellite, the ``split`` profile's
     ``worker-1``) would reach no dashboard. Series: the turn counters, the process registry (alarm
-    gauges, estate storage), and the fleet as this node sees it (:class:`telemetry.FleetCollector`,
+    gauges, estate storage), and the fleet as this node sees it (:class:`~crewlet._fleet_metrics.FleetCollector`,
     read at scrape time, cached 1 s).
     """
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -235,7 +236,7 @@ def _mount_metrics(app: FastAPI, ctx: NodeContext) -> None:
     turn_registry = telemetry.default_metrics().registry
     telemetry.webhook_counter()  # registered before the first scrape
     telemetry.init_alarm_series()  # ES-92/FL-154: every alarm kind has a series from the start
-    fleet = telemetry.FleetCollector(ctx)
+    fleet = FleetCollector(ctx)
     fleet_registry = CollectorRegistry(auto_describe=True)
     fleet_registry.register(fleet)
 

@@ -44,7 +44,7 @@ from ._tracing import turn_end_attributes, turn_start_attributes
 from ._trigger import Trigger
 
 if TYPE_CHECKING:
-    from ._executor import Fence, TurnEngine
+    from ._engine import Engine, Fence
 
 __all__ = ["TurnRun"]
 
@@ -61,7 +61,7 @@ class TurnRun(Rounds):
 
     def __init__(
         self,
-        engine: TurnEngine,
+        engine: Engine,
         seat: Seat,
         trigger: Trigger,
         workspace: Workspace,
