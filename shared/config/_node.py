@@ -269,7 +269,7 @@ class SecretsConfig(_Strict):
     Every node of a fleet carries the same keys: a value sealed by one node is opened by all. A
     solo embedded node may leave this out; it then keeps a generated keyring in its store (see
     :meth:`shared.secrets.Keyring.for_node`). The refusals (material, duplicate ids, the active
-    key) live in :mod:`shared.config._node_rules`.
+    key) live in :mod:`shared.config._keyring_rules`.
 
     Attributes:
         active_key_id: The key new values are sealed under; defaults to the only key when exactly

@@ -175,7 +175,6 @@ def _check_roles(raw: dict[str, Any], shape: StreamShape, f: Findings) -> bool:
             "a data node keeps the estate on its disk; scratch (wiped at every boot) is only for nodes "
             "without data: remove store.scratch or remove data from node.roles",
         )
-
     return has_data
 
 
