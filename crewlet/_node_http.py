@@ -20,6 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from shared import logs, telemetry
 from shared.runtime import NodeContext, RoleService, install_error_handlers, probes_router
 
+from ._fleet_metrics import FleetCollector
+
 __all__ = ["RETRY_AFTER_SECONDS", "DrainGate", "QuietServer", "build_app", "listen", "port_free"]
 
 _log = logs.get("node")
@@ -109,7 +111,7 @@ def mount_metrics(app: FastAPI, ctx: NodeContext) -> None:
     probes and ``/metrics`` and nothing else of the API (FL-16 otherwise). Without this, the turns,
     tokens, alarms and apply lag of seats-only nodes (a satellite, the ``split`` profile's
     ``worker-1``) would reach no dashboard. Series: the turn counters, the process registry (alarm
-    gauges, estate storage), and the fleet as this node sees it (:class:`telemetry.FleetCollector`,
+    gauges, estate storage), and the fleet as this node sees it (:class:`~crewlet._fleet_metrics.FleetCollector`,
     read at scrape time, cached 1 s).
     """
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -118,7 +120,7 @@ def mount_metrics(app: FastAPI, ctx: NodeContext) -> None:
     turn_registry = telemetry.default_metrics().registry
     telemetry.webhook_counter()  # registered before the first scrape
     telemetry.init_alarm_series()  # ES-92/FL-154: every alarm kind has a series from the start
-    fleet = telemetry.FleetCollector(ctx)
+    fleet = FleetCollector(ctx)
     fleet_registry = CollectorRegistry(auto_describe=True)
     fleet_registry.register(fleet)
 

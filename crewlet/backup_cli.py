@@ -208,11 +208,12 @@ def restore_objects_cmd(
     node: Annotated[Path, typer.Option("--node", "--config", help="A node file naming the object store")],
 ) -> None:
     """Copy a backup's objects back into the configured object store (restore runbook, ES-84)."""
-    from shared import logs
+    from shared import logs, telemetry
     from shared.config import ConfigInvalid
     from shared.errors import CrewletError, ServiceError
 
-    logs.configure(level="warn", fmt="console")  # no broker boot chatter on a command's output
+    # no broker boot chatter on a command's output
+    logs.configure(level="warn", fmt="console", processors=[telemetry.add_trace_context])
     if not dir.is_dir():
         _fail(f"{dir} is not a directory")
     from .knowledge_cli import progress_bar

@@ -234,7 +234,14 @@ def _start(
             _fail(issues)
         warnings += [i for i in issues if i.severity == "warning"]
         company_path = company_path or import_path
-    logs.configure(level=cfg.logging.level, fmt=cfg.logging.format, node=cfg.node_id)
+    from shared import telemetry  # lines inside a span carry its ids (FL-6)
+
+    logs.configure(
+        level=cfg.logging.level,
+        fmt=cfg.logging.format,
+        node=cfg.node_id,
+        processors=[telemetry.add_trace_context],
+    )
     for w in warnings:
         logs.get("config").warning("config_warning", file=w.file, path=w.path, message=w.message)
     from .node import run_node

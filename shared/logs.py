@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -29,29 +30,35 @@ _LEVELS = {
 }
 
 
-def configure(*, level: str = "info", fmt: str = "json", node: str | None = None) -> None:
+def configure(
+    *, level: str = "info", fmt: str = "json", node: str | None = None, processors: Sequence[Any] = ()
+) -> None:
     """Set up structlog for this process.
+
+    This module sits below every other one, telemetry included, so what a line gains from above is
+    passed in: the composition root passes :func:`shared.telemetry.add_trace_context`, which puts
+    the current span's ids on every line written inside a span (FL-6).
 
     Args:
         level: ``debug`` | ``info`` | ``warn`` | ``error``.
         fmt: ``json`` (one object per line) or ``console``.
         node: The node id bound on every line, or None before it is known.
+        processors: structlog processors run on every line after its level and timestamp are
+            added and before it is rendered, in the given order; () for none.
     """
     renderer: Any = (
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
-    from shared.telemetry import add_trace_context  # lines inside a span carry its ids (FL-6)
-
-    processors: list[Any] = [
+    chain: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
-        add_trace_context,
+        *processors,
         structlog.processors.format_exc_info,
         renderer,
     ]
     structlog.configure(
-        processors=processors,
+        processors=chain,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(level, logging.INFO)),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,

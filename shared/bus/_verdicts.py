@@ -5,21 +5,20 @@ the batch is split into groups, each group is one handler call, and its verdict 
 delivery of the group. Return = ack; an exception = NAK with backoff (dead letter on the last
 allowed delivery) and the next group runs; :class:`~shared.bus.Deferred` = this group and every
 later one are NAKed at once and fetching pauses, so a refused batch spends one delivery per message
-and is never acked (FL-81). Nothing here publishes except a dead letter (FL-67).
+and is never acked (FL-81). Nothing here publishes except a dead letter (FL-67). A batch is settled
+through the mailbox's :class:`~shared.bus._settling.Settling` side, so this module never names the
+mailbox that fetched it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from shared import logs
 
 from ._delivery import Deferred, Delivery, Grouping, Outcome, RetryLater
 from ._errors import MailboxFenced
-
-if TYPE_CHECKING:
-    from ._mailbox import Mailbox
+from ._settling import Settling
 
 __all__ = ["defer", "groups_of", "run_group", "settle"]
 
@@ -29,7 +28,7 @@ Handler = Callable[[list[Delivery]], Awaitable[None]]
 
 
 async def settle(
-    box: Mailbox, batch: list[Delivery], handler: Handler, group: Grouping | None
+    box: Settling, batch: list[Delivery], handler: Handler, group: Grouping | None
 ) -> list[Outcome]:
     """Run ``handler`` once per group of ``batch`` and settle each group by its verdict.
 
@@ -82,7 +81,7 @@ def groups_of(batch: list[Delivery], group: Grouping | None) -> list[list[Delive
     return out
 
 
-async def run_group(box: Mailbox, handler: Handler, group: list[Delivery]) -> Outcome:
+async def run_group(box: Settling, handler: Handler, group: list[Delivery]) -> Outcome:
     """Run one group and settle it; a deferred group is left for the caller to defer with the rest.
 
     Raises:
@@ -110,7 +109,7 @@ async def run_group(box: Mailbox, handler: Handler, group: list[Delivery]) -> Ou
     return "acked"
 
 
-async def defer(box: Mailbox, deliveries: list[Delivery]) -> int:
+async def defer(box: Settling, deliveries: list[Delivery]) -> int:
     """NAK at once (FL-81); a delivery on its last allowed try is dead-lettered instead.
 
     Returns:

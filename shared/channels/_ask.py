@@ -199,6 +199,14 @@ async def ask(
         )
     if channel.status == "closed":
         return channel, created
+    await _send_request(scope, channel, at)
+    return channel, created
+
+
+async def _send_request(scope: AskScope, channel: Channel, at: datetime) -> None:
+    """Publish ``channel``'s ``a2a_request`` to its target's inbox (CO-36); on a publish failure
+    close the channel ``failed`` (best effort) and re-raise the :class:`BusError`."""
+    target = channel.target
     env = request_envelope(channel)
     try:
         await _publish(
@@ -217,12 +225,11 @@ async def ask(
         "a2a_message_sent",
         channel_id=channel.channel_id,
         kind="request",
-        sender=requester,
+        sender=channel.requester,
         recipient=target,
         event_id=env.id,
         delegation_depth=channel.delegation_depth,
     )
-    return channel, created
 
 
 async def answer(

@@ -20,7 +20,7 @@ from shared.bus import Bus
 from shared.coordination import Coordination
 
 if TYPE_CHECKING:
-    from shared.turns import Trigger
+    from shared.triggers import Trigger
 
 __all__ = ["AskScope", "bind", "current"]
 

@@ -21,9 +21,8 @@ from ._node import (
     SecretsKey,
     StoreConfig,
     StreamConfig,
-    load_node_file,
-    node_config_from_data,
 )
+from ._node_load import load_node_file, node_config_from_data
 from ._node_rules import count_peers
 from ._yaml import read_yaml_mapping
 

@@ -13,6 +13,9 @@ The models carry the P0 and P1 keys of section 6 (P1 keys are accepted, shape-ch
 until their feature is built). P2 keys are not defined here, so they are refused as
 ``unknown_field``; the compatibility import (CO-43) drops them before validation.
 
+The outward connections (tracker types, webhooks, GitHub, MCP servers) are
+:mod:`shared.config._company_integrations`, re-exported here.
+
 A model holds the document as written: a role without ``handle`` keeps ``handle=None`` and a
 unit without ``id`` keeps ``id=None``; the derived values live on the org model
 (:class:`~shared.config.OrgModel`).
@@ -25,6 +28,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Discriminator, Field, Tag
 from pydantic_core import PydanticCustomError
 
+from ._company_integrations import GitHubIntegration, Integrations, McpServer, Tracker, TrackerType, Webhook
 from ._company_types import (
     DEFAULT_DELIVERY_HEADER,
     HANDLE_PATTERN,
@@ -74,10 +78,6 @@ __all__ = [
     "Webhook",
     "derive_slug",
 ]
-_HEADER_PATTERN = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
-_POINTER_PATTERN = r"^(/([^~]|~[01])*)*$"
-_SERVER_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-_TYPE_SLUG_PATTERN = r"^[a-z][a-z0-9_-]{0,39}$"
 
 
 class Cooldowns(_Model):
@@ -341,90 +341,6 @@ class Unit(_Model):
     children: list[Unit] = Field(default_factory=list)
     schedules: list[UnitSchedule] = Field(default_factory=list)
     mcp_env: McpEnv = Field(default_factory=dict)
-
-
-class TrackerType(_Model):
-    """A work item type added to or renaming a built-in one (section 6.1)."""
-
-    slug: str = Field(pattern=_TYPE_SLUG_PATTERN)
-    name: str = Field(min_length=1)
-    archived: bool = False
-
-
-class Tracker(_Model):
-    """The ``tracker`` block (section 6.1)."""
-
-    types: list[TrackerType] = Field(default_factory=list)
-
-
-class Webhook(_Model):
-    """One generic signed inbound webhook, ``POST /webhooks/inbound/{source}`` (CO-9).
-
-    Attributes:
-        source: The route's last segment; unique among webhooks.
-        secret: HMAC-SHA256 key, usually ``${VAR}``; empty (or unresolved) makes the route
-            answer 503.
-        route_to: A seat handle, or a unit id meaning its effective lead; must end on an
-            agent seat.
-        text_pointer: JSON Pointer to the message text in the body.
-        delivery_header: Header carrying the delivery id that is claimed once.
-        signature_header: Header carrying ``sha256=<hex>``.
-    """
-
-    source: str = Field(pattern=SOURCE_PATTERN)
-    secret: str = ""
-    route_to: str
-    text_pointer: str = Field("/text", pattern=_POINTER_PATTERN)
-    delivery_header: str = Field(DEFAULT_DELIVERY_HEADER, pattern=_HEADER_PATTERN)
-    signature_header: str = Field("X-Hub-Signature-256", pattern=_HEADER_PATTERN)
-
-
-class GitHubIntegration(_Model):
-    """``integrations.github`` (CO-35): ``POST /webhooks/github``.
-
-    Attributes:
-        enabled: False keeps the block without serving ``/webhooks/github``.
-        webhook_secret: Usually ``${VAR}``.
-        route_unmatched_to: Seat handle or unit id for deliveries no seat matches; None skips them.
-        project: The tracker project GitHub issues and pull requests are mirrored into (ours); None:
-            the project of the unit holding the ``route_unmatched_to`` seat, else the first unit's.
-    """
-
-    enabled: bool = True
-    webhook_secret: str = ""
-    route_unmatched_to: str | None = None
-    project: str | None = Field(default=None, pattern=KEY_PATTERN)
-
-
-class Integrations(_Model):
-    """The ``integrations`` block."""
-
-    webhooks: list[Webhook] = Field(default_factory=list)
-    github: GitHubIntegration | None = None
-
-
-class McpServer(_Model):
-    """One ``mcp_servers`` entry (CO-34; :mod:`shared.mcp` runs it).
-
-    Attributes:
-        transport: ``stdio`` needs ``command``; ``http`` needs ``url``.
-        shared: True for one server per node; False for one per seat.
-        startup_timeout_seconds: In seconds.
-        request_timeout_seconds: In seconds.
-    """
-
-    name: str = Field(pattern=_SERVER_NAME_PATTERN)
-    transport: Literal["stdio", "http"] = "stdio"
-    shared: bool = False
-    command: str | None = None
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    tool_prefix: str | None = None
-    tool_annotations: dict[str, dict[str, bool]] = Field(default_factory=dict)
-    startup_timeout_seconds: float = Field(120, gt=0)
-    request_timeout_seconds: float = Field(300, gt=0)
 
 
 class Scheduling(_Model):

@@ -133,6 +133,74 @@ def p2_hint(loc: tuple[str | int, ...], kind: IssueType = "unknown_field", value
     return ""
 
 
+class _Compat:
+    """One compat pass over a document: what it drops and maps in place, one warning each.
+
+    Args:
+        file: Written into every warning's ``file``.
+    """
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.servers: set[str] = set()  # declared mcp_servers: mcp_env for any other is dropped
+        self.warnings: list[Issue] = []
+
+    def warn(self, path: str, kind: IssueType, message: str) -> None:
+        self.warnings.append(Issue(self.file, path, kind, message, "warning"))
+
+    def drop(self, where: Any, place: str, path: str) -> None:
+        """Drop the P2 keys of ``place`` from the mapping ``where`` at ``path``."""
+        if not isinstance(where, dict):
+            return
+        for key in sorted(k for k in where if isinstance(k, str) and k in _P2_KEYS[place]):
+            del where[key]
+            self.warn(join_path(path, key), "unknown_field", _DROPPED)
+
+    def budget(self, where: dict[str, Any], path: str, scope: str) -> None:
+        """Map a plain-number ``token_budget`` (see the module docstring)."""
+        value = where.get("token_budget")
+        if not _plain_budget(value):
+            return
+        at = join_path(path, "token_budget")
+        if value == 0:
+            del where["token_budget"]
+            self.warn(at, "shape", f"mapped: upstream's 0 means no {scope} token limit; no token_budget")
+        else:
+            where["token_budget"] = {"month": value}
+            self.warn(
+                at, "shape", f"mapped: upstream's {scope} token limit {value} becomes token_budget.month"
+            )
+
+    def drop_env(self, where: dict[str, Any], path: str) -> None:
+        """Drop the ``mcp_env`` entries of a unit or role naming an undeclared server."""
+        env = where.get("mcp_env")
+        if isinstance(env, dict):
+            for key in sorted(k for k in env if isinstance(k, str) and k not in self.servers):
+                del env[key]
+                self.warn(
+                    join_path(f"{path}.mcp_env", key),
+                    "unknown_field",
+                    "unsupported: mcp_env for an undeclared server, dropped by the compat import",
+                )
+
+    def roles(self, items: Any, path: str) -> None:
+        """Every role of the list ``items`` at ``path``."""
+        for i, role in enumerate(items if isinstance(items, list) else []):
+            if isinstance(role, dict):
+                self.drop(role, "role", f"{path}[{i}]")
+                self.budget(role, f"{path}[{i}]", "per-agent")
+                self.drop_env(role, f"{path}[{i}]")
+
+    def units(self, items: Any, path: str) -> None:
+        """Every unit of the list ``items`` at ``path``, its roles and children included."""
+        for i, unit in enumerate(items if isinstance(items, list) else []):
+            if isinstance(unit, dict):
+                self.drop(unit, "unit", f"{path}[{i}]")
+                self.drop_env(unit, f"{path}[{i}]")
+                self.roles(unit.get("roles"), f"{path}[{i}].roles")
+                self.units(unit.get("children"), f"{path}[{i}].children")
+
+
 def drop_p2(data: dict[str, Any], file: str) -> list[Issue]:
     """Compat only: drop or map upstream blocks in place, one warning each (CO-43).
 
@@ -144,78 +212,23 @@ def drop_p2(data: dict[str, Any], file: str) -> list[Issue]:
         One warning per dropped or mapped key, naming its path; plus a warning when the document
         has no LLM provider (one is added, empty, so the seats read as stopped, CO-3).
     """
-    warnings: list[Issue] = []
-
-    def warn(path: str, kind: IssueType, message: str) -> None:
-        warnings.append(Issue(file, path, kind, message, "warning"))
-
-    def drop(where: Any, place: str, path: str) -> None:
-        if not isinstance(where, dict):
-            return
-        for key in sorted(k for k in where if isinstance(k, str) and k in _P2_KEYS[place]):
-            del where[key]
-            warn(join_path(path, key), "unknown_field", _DROPPED)
-
-    def budget(where: dict[str, Any], path: str, scope: str) -> None:
-        value = where.get("token_budget")
-        if not _plain_budget(value):
-            return
-        at = join_path(path, "token_budget")
-        if value == 0:
-            del where["token_budget"]
-            warn(at, "shape", f"mapped: upstream's 0 means no {scope} token limit; no token_budget")
-        else:
-            where["token_budget"] = {"month": value}
-            warn(at, "shape", f"mapped: upstream's {scope} token limit {value} becomes token_budget.month")
-
-    drop(data, "company", "")
-    budget(data, "", "org-wide")
+    compat = _Compat(file)
+    compat.drop(data, "company", "")
+    compat.budget(data, "", "org-wide")
     for place in ("providers", "integrations", "turn_engine"):
-        drop(data.get(place), place, place)
-    servers = (
-        {
-            s["name"]
-            for s in data.get("mcp_servers") or []
-            if isinstance(s, dict) and isinstance(s.get("name"), str)
+        compat.drop(data.get(place), place, place)
+    if isinstance(data.get("mcp_servers"), list):
+        compat.servers = {
+            s["name"] for s in data["mcp_servers"] if isinstance(s, dict) and isinstance(s.get("name"), str)
         }
-        if isinstance(data.get("mcp_servers"), list)
-        else set()
-    )
-
-    def drop_env(where: dict[str, Any], path: str) -> None:
-        env = where.get("mcp_env")
-        if isinstance(env, dict):
-            for key in sorted(k for k in env if isinstance(k, str) and k not in servers):
-                del env[key]
-                warn(
-                    join_path(f"{path}.mcp_env", key),
-                    "unknown_field",
-                    "unsupported: mcp_env for an undeclared server, dropped by the compat import",
-                )
-
-    def roles(items: Any, path: str) -> None:
-        for i, role in enumerate(items if isinstance(items, list) else []):
-            if isinstance(role, dict):
-                drop(role, "role", f"{path}[{i}]")
-                budget(role, f"{path}[{i}]", "per-agent")
-                drop_env(role, f"{path}[{i}]")
-
-    def units(items: Any, path: str) -> None:
-        for i, unit in enumerate(items if isinstance(items, list) else []):
-            if isinstance(unit, dict):
-                drop(unit, "unit", f"{path}[{i}]")
-                drop_env(unit, f"{path}[{i}]")
-                roles(unit.get("roles"), f"{path}[{i}].roles")
-                units(unit.get("children"), f"{path}[{i}].children")
-
-    roles(data.get("roles"), "roles")
-    units(data.get("units"), "units")
+    compat.roles(data.get("roles"), "roles")
+    compat.units(data.get("units"), "units")
     providers = data.get("providers")
     if providers is None or (isinstance(providers, dict) and not providers.get("llm")):
         data["providers"] = {**(providers or {}), "llm": {}}
-        warn(
+        compat.warn(
             "providers.llm",
             "missing",
             "no LLM provider: every seat reads as stopped (provider) until a revision adds one",
         )
-    return warnings
+    return compat.warnings

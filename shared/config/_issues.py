@@ -15,6 +15,7 @@ from shared.errors import UsageError
 
 __all__ = [
     "ConfigInvalid",
+    "Findings",
     "Issue",
     "IssueType",
     "Severity",
@@ -66,6 +67,31 @@ class Issue:
             "message": self.message,
             "severity": self.severity,
         }
+
+
+class Findings:
+    """The issues one run of the refusal rules collects about one file, in the order found.
+
+    Attributes:
+        file: The file name every issue carries.
+        items: The issues so far.
+    """
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.items: list[Issue] = []
+
+    def err(self, path: str, kind: IssueType, msg: str) -> None:
+        """Add an error at ``path``."""
+        self.items.append(Issue(self.file, path, kind, msg))
+
+    def warn(self, path: str, kind: IssueType, msg: str) -> None:
+        """Add a warning at ``path``."""
+        self.items.append(Issue(self.file, path, kind, msg, "warning"))
+
+    def extend(self, issues: Iterable[Issue]) -> None:
+        """Add issues found elsewhere, as they are."""
+        self.items.extend(issues)
 
 
 def sort_issues(issues: Iterable[Issue]) -> list[Issue]:

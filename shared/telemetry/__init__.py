@@ -4,12 +4,13 @@
 :func:`setup_tracing` builds the node's tracer provider (OTLP/HTTP export when configured);
 the node calls :meth:`Telemetry.shutdown` after its drain. :func:`inject`/:func:`extract` carry
 ``traceparent`` in NATS headers. :class:`TurnMetrics` and :func:`metrics_app` serve ``/metrics``;
-:class:`FleetCollector` adds the fleet view, :func:`count_webhook` the webhook intake and
+:data:`FLEET_SERIES` names the fleet view's series (the node's composition collects them, since it
+reads lease and control state above this seam), :func:`count_webhook` the webhook intake and
 :func:`init_alarm_series` a 0 series per alarm kind (ES-92).
 The span names and ``gen_ai.*`` attribute keys of a turn live here; the turn engine emits them.
 """
 
-from ._fleet import FLEET_SERIES, FleetCollector
+from ._fleet import FLEET_SERIES
 from ._intake import ALARM_KINDS, WEBHOOK_OUTCOMES, count_webhook, init_alarm_series, webhook_counter
 from ._metrics import METRICS_CONTENT_TYPE, TurnMetrics, default_metrics, metrics_app
 from ._propagation import current_trace_ids, extract, inject, traceparent_of
@@ -43,7 +44,6 @@ __all__ = [
     "ALARM_KINDS",
     "FLEET_SERIES",
     "WEBHOOK_OUTCOMES",
-    "FleetCollector",
     "count_webhook",
     "init_alarm_series",
     "webhook_counter",

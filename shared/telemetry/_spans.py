@@ -78,7 +78,7 @@ def add_trace_context(
     logger: Any, method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
     """A structlog processor: add ``trace_id`` and ``span_id`` inside a span, nothing outside
-    (FL-6). Put it before the renderer in :func:`shared.logs.configure`'s processors."""
+    (FL-6). The composition root passes it in :func:`shared.logs.configure`'s ``processors``."""
     ids = current_trace_ids()
     if ids is not None:
         event_dict.setdefault("trace_id", ids[0])

@@ -55,8 +55,8 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Collection
+from typing import Any
 
 from opentelemetry import trace
 
@@ -65,6 +65,7 @@ from shared.config import OrgModel, Seat
 from shared.providers import ProviderChain, ProviderSet
 from shared.tools import ToolRegistry, Workspace, builtin_tools
 
+from ._engine import BudgetGate, Fence, ToolSurface
 from ._errors import SeatNotRunnable
 from ._recorder import TurnRecorder
 from ._result import TurnResult
@@ -72,36 +73,6 @@ from ._run import TurnRun
 from ._trigger import Trigger
 
 __all__ = ["BudgetGate", "Fence", "ToolSurface", "TurnEngine", "review_chain_keys"]
-
-Fence = Callable[[], Awaitable[bool]]
-"""The in-turn fence (FL-73/FL-74): True while the seat is still held in the same epoch with a
-fresh renew. An exception counts as False (an unknown answer is not a yes)."""
-
-
-class ToolSurface(Protocol):
-    """A seat's MCP tool servers as one turn sees them (CO-34; :class:`shared.mcp.McpSurface`)."""
-
-    def servers(self) -> Sequence[str]:
-        """The names of the seat's started servers (listed in the prompt)."""
-        ...
-
-    def turn_registry(self, base: ToolRegistry) -> ToolRegistry:
-        """A per-turn copy of ``base`` plus ``list_mcp_server_tools`` and ``activate_tool``."""
-        ...
-
-
-class BudgetGate(Protocol):
-    """The shared token budgets (CO-37, FL-119; :class:`shared.budgets.Budgets`)."""
-
-    async def charge(self, agent_id: str, tokens: int) -> Any:
-        """Reserve ``tokens`` on every capped window of the org and the seat, or raise
-        :class:`shared.budgets.BudgetExhausted` / :class:`shared.budgets.BudgetUnavailable`."""
-        ...
-
-    async def settle(self, charge: Any, actual: int) -> None:
-        """Bring a reservation to the round's real cost, in tokens."""
-        ...
-
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _REDACTED = "[redacted]"

@@ -29,7 +29,7 @@ from ._result import PhaseRecord, RoundRecord, ToolExecution, TurnResult
 from ._tracing import chat_attributes, content_attributes
 
 if TYPE_CHECKING:
-    from ._executor import Fence, TurnEngine
+    from ._engine import Engine, Fence
 
 __all__ = ["Rounds"]
 
@@ -43,7 +43,7 @@ class Rounds:
     the round counts towards.
     """
 
-    e: TurnEngine
+    e: Engine
     seat: Seat
     turn_id: str
     fence: Fence

@@ -38,7 +38,7 @@ from ._tracing import turn_end_attributes, turn_start_attributes
 from ._trigger import Trigger
 
 if TYPE_CHECKING:
-    from ._executor import Fence, TurnEngine
+    from ._engine import Engine, Fence
 
 __all__ = ["TurnRun"]
 
@@ -50,7 +50,7 @@ class TurnRun(Phases):
 
     def __init__(
         self,
-        engine: TurnEngine,
+        engine: Engine,
         seat: Seat,
         trigger: Trigger,
         workspace: Workspace,

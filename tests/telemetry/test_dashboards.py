@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from crewlet import dashboards
+from crewlet._fleet_metrics import FleetCollector
 from shared import coordination, telemetry
 from shared.runtime import api_error
 
@@ -185,7 +186,7 @@ def test_fleet_collector_reads_the_lease_store_and_caches() -> None:
     async def run() -> tuple[str, str]:
         coord = coordination.MemoryCoordination()
         ctx = SimpleNamespace(coord=coord, extras={}, seats_held={}, node_id="n1")
-        col = telemetry.FleetCollector(ctx, cache_seconds=60)
+        col = FleetCollector(ctx, cache_seconds=60)
         reg = CollectorRegistry()
         reg.register(col)
         await col.refresh()
@@ -204,7 +205,7 @@ def test_fleet_collector_reads_the_lease_store_and_caches() -> None:
 @pytest.mark.parametrize("coord", [None])
 def test_fleet_collector_without_a_store_reads_unreadable(coord: Any) -> None:
     ctx = SimpleNamespace(coord=coord, extras={}, seats_held={}, node_id="n1")
-    col = telemetry.FleetCollector(ctx, cache_seconds=0)
+    col = FleetCollector(ctx, cache_seconds=0)
     asyncio.run(col.refresh())
     fams = {f.name: f for f in col.collect()}
     assert [s.value for s in fams["crewlet_fleet_view_readable"].samples] == [0.0]

@@ -7,7 +7,6 @@ from shared import telemetry
 EXPECTED = [
     "ALARM_KINDS",
     "FLEET_SERIES",
-    "FleetCollector",
     "GEN_AI_AGENT_NAME",
     "GEN_AI_INPUT_MESSAGES",
     "GEN_AI_OPERATION_NAME",

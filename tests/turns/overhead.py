@@ -19,10 +19,12 @@ import time
 import uuid
 from typing import ClassVar
 
-from shared import logs
+from shared import logs, telemetry
 
 # Before anything binds a module-level logger (they keep the configuration of their first use).
-logs.configure(level=os.environ.get("CREWLET_BENCH_LOG", "error"), fmt="json")
+logs.configure(
+    level=os.environ.get("CREWLET_BENCH_LOG", "error"), fmt="json", processors=[telemetry.add_trace_context]
+)
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
