@@ -28,6 +28,7 @@ from shared.runtime import NodeContext, api_error
 __all__ = [
     "GRANTED",
     "MAX_OFFSET",
+    "TAKEN_BEFORE",
     "add",
     "estate_call",
     "estate_http_error",
@@ -41,6 +42,15 @@ T = TypeVar("T")
 MAX_OFFSET = 1_000_000_000
 """The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 400 naming
 ``query.offset``, never a 503). ``if_match`` is bounded by :data:`~shared.runtime.MAX_VERSION`."""
+
+
+TAKEN_BEFORE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Taken before, ignored, or a ping: nothing new published",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+"""The ``200`` a webhook route documents beside its ``202`` (``/webhooks/inbound/{source}``, ``/webhooks/github``)."""
 
 
 def _unbound() -> str:
