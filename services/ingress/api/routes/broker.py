@@ -26,6 +26,8 @@ from shared.broker import Membership, MembershipOutcomeUnknown, MembershipRefuse
 from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 
+from ._common import add
+
 __all__ = ["membership_of", "router"]
 
 _log = logs.get("broker.membership")
@@ -74,17 +76,18 @@ def _confirm(target: str, confirm: str | None, what: str) -> None:
         raise api_error(400, "confirm_required", f"repeat the {what} as confirm={target} ({got})")
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the broker membership routes (FL-147, FL-149)."""
-    r = APIRouter(tags=["fleet"])
+class BrokerRoutes:
+    """The broker membership endpoints (FL-147, FL-149)."""
 
-    @r.get("/fleet/broker", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def get_broker() -> dict[str, Any]:
-        m = membership_of(ctx)
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def get_broker(self) -> dict[str, Any]:
+        m = membership_of(self.ctx)
         if m.kind == "client":
             return await m.view([])
         try:
-            presence = await _presence(ctx)
+            presence = await _presence(self.ctx)
         except HTTPException as e:
             # Lost quorum is when an operator most needs the voters: answer the group alone, with
             # no findings (they compare voters with presence, which cannot be read now).
@@ -98,9 +101,9 @@ def router(ctx: NodeContext) -> APIRouter:
             }
         return await m.view(presence)
 
-    async def _remove(*, node: str | None, peer: str | None, force: bool) -> dict[str, Any]:
-        m = membership_of(ctx)
-        presence = await _presence(ctx) if m.kind != "client" else []
+    async def _remove(self, *, node: str | None, peer: str | None, force: bool) -> dict[str, Any]:
+        m = membership_of(self.ctx)
+        presence = await _presence(self.ctx) if m.kind != "client" else []
         try:
             return await m.remove(presence, node=node, peer=peer, force=force)
         except MembershipRefused as e:
@@ -110,16 +113,27 @@ def router(ctx: NodeContext) -> APIRouter:
             _log.warning("broker_removal_outcome_unknown", target=node or peer, detail=str(e))
             raise api_error(504, "outcome_unknown", str(e)) from None
 
-    @r.post("/fleet/broker/remove/{node}", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))])
-    async def remove_node(node: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
+    async def remove_node(self, node: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
         _confirm(node, confirm, "node id")
-        return await _remove(node=node, peer=None, force=force)
+        return await self._remove(node=node, peer=None, force=force)
 
-    @r.post(
-        "/fleet/broker/remove-peer/{peer}", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))]
-    )
-    async def remove_peer(peer: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
+    async def remove_peer(self, peer: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
         _confirm(peer, confirm, "peer id")
-        return await _remove(node=None, peer=peer, force=force)
+        return await self._remove(node=None, peer=peer, force=force)
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the broker membership routes (FL-147, FL-149)."""
+    r = APIRouter(tags=["fleet"])
+    h = BrokerRoutes(ctx)
+    operate = [Depends(require_grant(ctx.cfg, "fleet:operate"))]
+    add(
+        r,
+        "/fleet/broker",
+        h.get_broker,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
+    add(r, "/fleet/broker/remove/{node}", h.remove_node, methods=["POST"], dependencies=operate)
+    add(r, "/fleet/broker/remove-peer/{peer}", h.remove_peer, methods=["POST"], dependencies=operate)
     return r

@@ -24,6 +24,8 @@ from shared.bus import Bus
 from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 
+from ._common import add
+
 __all__ = ["inbox_depths", "router", "unplaceable"]
 
 INBOX_BUDGET = 2.0
@@ -72,23 +74,24 @@ def unplaceable(view: dict[str, Any], org: Any) -> list[dict[str, str]]:
     return out
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the fleet routes."""
-    r = APIRouter(tags=["fleet"])
+class FleetRoutes:
+    """The fleet view's endpoint."""
 
-    @r.get("/fleet", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def get_fleet(inbox: bool = False) -> dict[str, Any]:
-        if ctx.coord is None:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def get_fleet(self, inbox: bool = False) -> dict[str, Any]:
+        if self.ctx.coord is None:
             raise api_error(503, "lease store unavailable", "the node has not connected to its broker yet")
-        seats = [s.handle for s in ctx.org.seats] if ctx.org is not None else None
+        seats = [s.handle for s in self.ctx.org.seats] if self.ctx.org is not None else None
         try:
-            view = await leases.fleet_view(ctx.coord, seats=seats)
+            view = await leases.fleet_view(self.ctx.coord, seats=seats)
         except CoordinationUnavailable as e:
             raise api_error(503, "lease store unavailable", str(e)) from None
-        view["unplaceable_seats"] = unplaceable(view, ctx.org) if ctx.org is not None else []
-        view["asked"] = ctx.node_id
+        view["unplaceable_seats"] = unplaceable(view, self.ctx.org) if self.ctx.org is not None else []
+        view["asked"] = self.ctx.node_id
         try:  # FL-117: each node's config epoch, status and error; an aged-out status reads absent
-            statuses = await control.read_statuses(ctx.coord)
+            statuses = await control.read_statuses(self.ctx.coord)
         except CoordinationUnavailable:
             statuses = {}
         for node in view["nodes"]:
@@ -99,11 +102,23 @@ def router(ctx: NodeContext) -> APIRouter:
             node["config_reported_at"] = st.reported_at if st is not None else None
             if st is not None:
                 node["posture"] = st.posture
-        rec = ctx.extras.get("control")
+        rec = self.ctx.extras.get("control")
         view["config_epoch"] = getattr(rec, "target", None)
         if inbox:
             handles = sorted(set(seats or []) | {s["seat"] for s in view["seats"]})
-            view["inboxes"] = await inbox_depths(ctx.extras.get("bus"), handles)
+            view["inboxes"] = await inbox_depths(self.ctx.extras.get("bus"), handles)
         return view
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the fleet routes."""
+    r = APIRouter(tags=["fleet"])
+    h = FleetRoutes(ctx)
+    add(
+        r,
+        "/fleet",
+        h.get_fleet,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
     return r

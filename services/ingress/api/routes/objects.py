@@ -19,6 +19,8 @@ from shared import objects
 from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 
+from ._common import add
+
 __all__ = ["FINDINGS_KEY", "router"]
 
 FINDINGS_KEY = "findings"
@@ -34,18 +36,19 @@ def _json(raw: bytes | None) -> Any:
         return {"unreadable": raw.decode(errors="replace")[:200]}
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the objects route."""
-    r = APIRouter(tags=["objects"])
+class ObjectRoutes:
+    """The object store view's endpoint."""
 
-    @r.get("/objects", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def objects_status() -> dict[str, Any]:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def objects_status(self) -> dict[str, Any]:
         """The objects collector's last findings (ES-75, FL-5): the store, the missing files, their count."""
-        if ctx.coord is None:
+        if self.ctx.coord is None:
             raise api_error(503, "objects_slot_unavailable", "the node has no coordination store yet")
         try:
-            store = await ctx.coord.get("objects", objects.SLOT_KEY)
-            found = await ctx.coord.get("objects", FINDINGS_KEY)
+            store = await self.ctx.coord.get("objects", objects.SLOT_KEY)
+            found = await self.ctx.coord.get("objects", FINDINGS_KEY)
         except CoordinationUnavailable as e:
             raise api_error(503, "objects_slot_unavailable", str(e), headers={"Retry-After": "5"}) from None
         findings = _json(found.value if found is not None else None)
@@ -55,10 +58,22 @@ def router(ctx: NodeContext) -> APIRouter:
             else 0
         )
         return {
-            "node": ctx.node_id,
+            "node": self.ctx.node_id,
             "store": _json(store.value if store is not None else None),
             "findings": findings,
             "missing": missing,
         }
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the objects route."""
+    r = APIRouter(tags=["objects"])
+    h = ObjectRoutes(ctx)
+    add(
+        r,
+        "/objects",
+        h.objects_status,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
     return r

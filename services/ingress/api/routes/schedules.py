@@ -37,6 +37,8 @@ from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 from shared.schedules import claim_key, fire_label, next_slot, prev_slot, schedules_of
 
+from ._common import add
+
 __all__ = ["router", "schedules_view"]
 
 
@@ -106,12 +108,25 @@ async def schedules_view(ctx: NodeContext, *, now: datetime | None = None) -> di
     }
 
 
+class ScheduleRoutes:
+    """The schedules view's endpoint."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def get_schedules(self) -> dict[str, Any]:
+        return await schedules_view(self.ctx)
+
+
 def router(ctx: NodeContext) -> APIRouter:
     """Build the schedules route (CO-33)."""
     r = APIRouter(tags=["schedules"])
-
-    @r.get("/schedules", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def get_schedules() -> dict[str, Any]:
-        return await schedules_view(ctx)
-
+    h = ScheduleRoutes(ctx)
+    add(
+        r,
+        "/schedules",
+        h.get_schedules,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
     return r
