@@ -8,6 +8,9 @@ must be matched. A handler parses, calls one function of the role's service laye
 
 - :func:`add` registers one endpoint; a parameter whose dependency is built per node (the caller's
   token id from :func:`~shared.runtime.require_grant`) is declared ``= GRANTED`` and bound here.
+- :func:`grants` builds a module's read dependencies and its ``given`` write dependency.
+- :class:`EstateResource` is the base of the estate routes' resources: :meth:`~EstateResource.read`
+  and :meth:`~EstateResource.write` run one estate call and shape its answer.
 - :func:`estate_call` runs one estate call and maps its failure with :func:`estate_http_error`;
   :func:`read_answer` / :func:`write_answer` shape the answer of a read / write (CO-27, ES-15).
 """
@@ -23,13 +26,17 @@ from fastapi import APIRouter, Depends, HTTPException
 
 from shared import estate
 from shared.router import EstateRouter, NobodyAnswered, RouterError, router_of
-from shared.runtime import NodeContext, api_error
+from shared.runtime import NodeContext, api_error, require_grant
 
 __all__ = [
     "GRANTED",
+    "EstateResource",
     "MAX_OFFSET",
     "TAKEN_BEFORE",
     "add",
+    "grants",
+    "levels",
+    "operator",
     "estate_call",
     "estate_http_error",
     "read_answer",
@@ -178,3 +185,43 @@ def write_answer(res: dict[str, Any], name: str) -> dict[str, Any]:
     out = {k: v for k, v in res.items() if k != "object"}
     out[name] = res.get("object")
     return out
+
+
+def grants(
+    ctx: NodeContext, read: str, write: str, *, token: str = "token"
+) -> tuple[list[Any], dict[str, Any]]:
+    """``(dependencies of a read route, given of a write route)`` for the grants ``read`` and ``write``.
+
+    The write's dependency answers the caller's token id into the handler's ``token`` parameter
+    (declared ``= GRANTED``); the read's guards the route only.
+    """
+    return [Depends(require_grant(ctx.cfg, read))], {token: Depends(require_grant(ctx.cfg, write))}
+
+
+def operator(token_id: str) -> dict[str, str]:
+    """The author fields of an operator's estate write (``operator:<token id>``)."""
+    return {"author": f"operator:{token_id}", "author_kind": "operator"}
+
+
+def levels(read_level: str, min_position: str | None) -> dict[str, Any]:
+    """The read level (default ``stale``) and ``min_position`` of an estate read (ES-25, ES-27)."""
+    return {"read_level": read_level_of(read_level), "min_position": min_position}
+
+
+class EstateResource:
+    """The base of a resource whose endpoints call this node's estate router."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def read(
+        self, call: Callable[[EstateRouter], Awaitable[dict[str, Any]]], name: str | None = None
+    ) -> dict[str, Any]:
+        """:func:`read_answer` of the estate read ``call`` (failures mapped by :func:`estate_call`)."""
+        return read_answer(await estate_call(self.ctx, call), name)
+
+    async def write(
+        self, call: Callable[[EstateRouter], Awaitable[dict[str, Any]]], name: str
+    ) -> dict[str, Any]:
+        """:func:`write_answer` of the estate write ``call`` (failures mapped by :func:`estate_call`)."""
+        return write_answer(await estate_call(self.ctx, call), name)

@@ -23,7 +23,7 @@ from shared.router import RouterError
 from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
 
 from ...files import object_store_of, open_file, store_file
-from ._common import GRANTED, add, estate_call, estate_http_error, read_answer, write_answer
+from ._common import GRANTED, EstateResource, add, estate_call, estate_http_error, write_answer
 
 __all__ = ["object_store_of", "router"]
 
@@ -59,19 +59,13 @@ def _if_match(raw: str | None) -> int | None:
     return if_match
 
 
-class FileRoutes:
+class FileRoutes(EstateResource):
     """The project file endpoints: rows through the estate router, bytes through the object store."""
-
-    def __init__(self, ctx: NodeContext) -> None:
-        self.ctx = ctx
 
     async def list_files(
         self, key: str, prefix: str | None = None, min_position: str | None = None
     ) -> dict[str, Any]:
-        res = await estate_call(
-            self.ctx, lambda est: est.list_files(key, prefix=prefix, min_position=min_position)
-        )
-        return read_answer(res)
+        return await self.read(lambda est: est.list_files(key, prefix=prefix, min_position=min_position))
 
     async def download(
         self,

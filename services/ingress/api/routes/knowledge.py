@@ -14,13 +14,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.router import EstateRouter
-from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
+from shared.runtime import MAX_VERSION, NodeContext, api_error
 
-from ._common import GRANTED, MAX_OFFSET, add, estate_call, read_answer, read_level_of, write_answer
+from ._common import (
+    GRANTED,
+    MAX_OFFSET,
+    EstateResource,
+    add,
+    estate_call,
+    grants,
+    levels,
+    operator,
+    write_answer,
+)
 
 __all__ = ["PageUpdate", "PageWrite", "router"]
 
@@ -47,11 +57,8 @@ class PageUpdate(BaseModel):
     op_id: str | None = None
 
 
-class KnowledgeRoutes:
+class KnowledgeRoutes(EstateResource):
     """The knowledge base's endpoints over this node's estate router."""
-
-    def __init__(self, ctx: NodeContext) -> None:
-        self.ctx = ctx
 
     async def search(
         self,
@@ -60,13 +67,12 @@ class KnowledgeRoutes:
         limit: int = Query(5, ge=1, le=20),
         min_position: str | None = None,
     ) -> dict[str, Any]:
-        res = await estate_call(
-            self.ctx, lambda est: est.search_knowledge(q, space=space, limit=limit, min_position=min_position)
+        return await self.read(
+            lambda est: est.search_knowledge(q, space=space, limit=limit, min_position=min_position)
         )
-        return read_answer(res)
 
     async def spaces(self) -> dict[str, Any]:
-        return read_answer(await estate_call(self.ctx, lambda est: est.list_spaces()), "spaces")
+        return await self.read(lambda est: est.list_spaces(), "spaces")
 
     async def pages(
         self,
@@ -76,32 +82,19 @@ class KnowledgeRoutes:
         read_level: str = "stale",
         min_position: str | None = None,
     ) -> dict[str, Any]:
-        res = await estate_call(
-            self.ctx,
+        return await self.read(
             lambda est: est.list_pages(
-                space=space,
-                limit=limit,
-                offset=offset,
-                read_level=read_level_of(read_level),
-                min_position=min_position,
-            ),
+                space=space, limit=limit, offset=offset, **levels(read_level, min_position)
+            )
         )
-        return read_answer(res)
 
     async def page(
         self, page_id: str, read_level: str = "stale", min_position: str | None = None
     ) -> dict[str, Any]:
-        res = await estate_call(
-            self.ctx,
-            lambda est: est.get_page(
-                page_id=page_id, read_level=read_level_of(read_level), min_position=min_position
-            ),
-        )
-        return read_answer(res)
+        return await self.read(lambda est: est.get_page(page_id=page_id, **levels(read_level, min_position)))
 
     async def write_page(self, body: PageWrite, token: str = GRANTED) -> dict[str, Any]:
-        res = await estate_call(
-            self.ctx,
+        return await self.write(
             lambda est: est.write_page(
                 body.space,
                 body.title,
@@ -109,11 +102,10 @@ class KnowledgeRoutes:
                 page_id=body.page_id,
                 if_match=body.if_match,
                 op_id=body.op_id,
-                author=f"operator:{token}",
-                author_kind="operator",
+                **operator(token),
             ),
+            "page",
         )
-        return write_answer(res, "page")
 
     async def update_page(self, page_id: str, body: PageUpdate, token: str = GRANTED) -> dict[str, Any]:
         async def rewrite(est: EstateRouter) -> dict[str, Any]:
@@ -125,8 +117,7 @@ class KnowledgeRoutes:
                 page_id=page_id,
                 if_match=body.if_match,
                 op_id=body.op_id,
-                author=f"operator:{token}",
-                author_kind="operator",
+                **operator(token),
             )
             return written
 
@@ -139,8 +130,7 @@ class KnowledgeRoutes:
 def router(ctx: NodeContext) -> APIRouter:
     """Build the knowledge routes."""
     r = APIRouter(tags=["knowledge"])
-    read = [Depends(require_grant(ctx.cfg, "state:read"))]
-    write = {"token": Depends(require_grant(ctx.cfg, "knowledge:write"))}
+    read, write = grants(ctx, "state:read", "knowledge:write")
     h = KnowledgeRoutes(ctx)
     add(r, "/knowledge/search", h.search, methods=["GET"], dependencies=read)
     add(r, "/knowledge/spaces", h.spaces, methods=["GET"], dependencies=read)

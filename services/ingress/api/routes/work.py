@@ -23,28 +23,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.runtime import MAX_VERSION, NodeContext, require_grant
+from shared.runtime import MAX_VERSION, NodeContext
 
 from ...tracker import wake_assignee, wake_commented
 from ._common import (
     GRANTED,
     MAX_OFFSET,
+    EstateResource,
     add,
     estate_call,
     estate_http_error,
-    read_answer,
+    grants,
+    levels,
+    operator,
     read_level_of,
     write_answer,
 )
 
 __all__ = ["CommentCreate", "WorkCreate", "WorkUpdate", "estate_http_error", "read_level_of", "router"]
-
-
-def _author(token_id: str) -> dict[str, str]:
-    return {"author": f"operator:{token_id}", "author_kind": "operator"}
 
 
 class WorkCreate(BaseModel):
@@ -92,11 +91,8 @@ class CommentCreate(BaseModel):
     op_id: str | None = None
 
 
-class WorkRoutes:
+class WorkRoutes(EstateResource):
     """The tracker's endpoints over this node's estate router."""
-
-    def __init__(self, ctx: NodeContext) -> None:
-        self.ctx = ctx
 
     async def list_work(
         self,
@@ -112,8 +108,7 @@ class WorkRoutes:
         read_level: str = "stale",
         min_position: str | None = None,
     ) -> dict[str, Any]:
-        res = await estate_call(
-            self.ctx,
+        return await self.read(
             lambda est: est.list_work_items(
                 project=project,
                 status=status,
@@ -124,28 +119,20 @@ class WorkRoutes:
                 external=external,
                 limit=limit,
                 offset=offset,
-                read_level=read_level_of(read_level),
-                min_position=min_position,
-            ),
+                **levels(read_level, min_position),
+            )
         )
-        return read_answer(res)
 
     async def catalogue(self, project: str | None = None) -> dict[str, Any]:
-        return read_answer(await estate_call(self.ctx, lambda est: est.get_work_catalogue(project)))
+        return await self.read(lambda est: est.get_work_catalogue(project))
 
     async def projects(self) -> dict[str, Any]:
-        return read_answer(await estate_call(self.ctx, lambda est: est.list_projects()), "projects")
+        return await self.read(lambda est: est.list_projects(), "projects")
 
     async def get_work(
         self, key: str, read_level: str = "stale", min_position: str | None = None
     ) -> dict[str, Any]:
-        res = await estate_call(
-            self.ctx,
-            lambda est: est.get_work_item(
-                key, read_level=read_level_of(read_level), min_position=min_position
-            ),
-        )
-        return read_answer(res)
+        return await self.read(lambda est: est.get_work_item(key, **levels(read_level, min_position)))
 
     async def create_work(self, body: WorkCreate, response: Response, token: str = GRANTED) -> dict[str, Any]:
         res = await estate_call(
@@ -162,7 +149,7 @@ class WorkRoutes:
                 url=body.url,
                 labels=body.labels,
                 op_id=body.op_id,
-                **_author(token),
+                **operator(token),
             ),
         )
         if res.get("outcome") == "existing":
@@ -195,7 +182,7 @@ class WorkRoutes:
                 labels=body.labels,
                 url=body.url,
                 op_id=body.op_id,
-                **_author(token),
+                **operator(token),
             ),
         )
         if body.assignee is not None:
@@ -204,7 +191,8 @@ class WorkRoutes:
 
     async def comment(self, key: str, body: CommentCreate, token: str = GRANTED) -> dict[str, Any]:
         res = await estate_call(
-            self.ctx, lambda est: est.comment_on_work_item(key, body.body, op_id=body.op_id, **_author(token))
+            self.ctx,
+            lambda est: est.comment_on_work_item(key, body.body, op_id=body.op_id, **operator(token)),
         )
         await wake_commented(self.ctx, key, res, f"operator:{token}")
         return write_answer(res, "comment")
@@ -213,8 +201,7 @@ class WorkRoutes:
 def router(ctx: NodeContext) -> APIRouter:
     """Build the tracker routes over this node's estate router."""
     r = APIRouter(tags=["work"])
-    read = [Depends(require_grant(ctx.cfg, "state:read"))]
-    write = {"token": Depends(require_grant(ctx.cfg, "work:write"))}
+    read, write = grants(ctx, "state:read", "work:write")
     h = WorkRoutes(ctx)
     add(r, "/work", h.list_work, methods=["GET"], dependencies=read)
     add(r, "/work/catalogue", h.catalogue, methods=["GET"], dependencies=read)
