@@ -20,28 +20,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from shared.budgets import Budgets, BudgetUnavailable, UnknownScope
+from shared.budgets import BudgetUnavailable, UnknownScope
 from shared.runtime import NodeContext, api_error, require_grant
 
+from ...budgets import budgets_of
 from ._common import GRANTED, add
 
 __all__ = ["budgets_of", "router"]
-
-_EXTRA = "budgets"
-
-
-def budgets_of(ctx: NodeContext) -> Budgets:
-    """This node's :class:`Budgets` (``ctx.extras["budgets"]``), made on first use.
-
-    The one made here reads the store and the org from ``ctx`` on every call, so it follows a
-    store opened later and every applied revision.
-    """
-    found = ctx.extras.get(_EXTRA)
-    if isinstance(found, Budgets):
-        return found
-    made = Budgets(lambda: ctx.coord, lambda: ctx.org)
-    ctx.extras[_EXTRA] = made
-    return made
 
 
 def _unavailable(e: BudgetUnavailable) -> Exception:
