@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 
-from shared.estate._backup import (
+from shared.estate.life._backup import (
     FORMAT,
     MANIFEST,
     NODE_FILE,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -372,22 +373,11 @@ async def refuse_unknown_query(request: Request) -> None:
         )
 
 
-def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = None) -> None:
-    """Install the JSON error renderers, the body cap, the text check of JSON bodies, the refusal of
-    undeclared query parameters (:func:`refuse_unknown_query`, for routes included after this call)
-    and the OpenAPI writer (:func:`_document_refusals`: the document names the refusals really
-    sent) on ``app``.
-
-    Args:
-        app: The node's app.
-        tokens: The node's API tokens (``api.auth.tokens``). Given, a path no route serves answers
-            like an unknown path on an ingress node (FL-16): 401 ``unauthorized`` for a write
-            (POST/PUT/PATCH/DELETE; webhooks excepted) or an :data:`ALWAYS_GUARDED` prefix
-            without a valid bearer token, else 404. So a node without ``ingress`` answers
-            ``POST /config`` 401 and ``GET /agents`` 404, as an ingress node's guard would.
-    """
-
-    app.router.dependencies.append(Depends(refuse_unknown_query))
+def _http_error_renderer(
+    tokens: tuple[str, ...] | None,
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    """The renderer of an HTTP error: its ``{"error", "detail"}`` body; an unknown path 404 (or 401
+    for a guarded one without a valid token, FL-16); a 405 with ``Allow``."""
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
@@ -419,37 +409,60 @@ def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = Non
             body["detail"] = f"{request.method} {request.url.path}: allowed {allow}"
         return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
-    async def invalid(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        detail = []
-        for e in exc.errors():
-            loc = [str(p) for p in e.get("loc", ()) if p != "body"]
-            kind = str(e.get("type", "invalid"))
-            path = "body" if kind == "json_invalid" else (".".join(loc) or "body")
-            detail.append({"path": path, "type": kind, "message": str(e.get("msg", "invalid"))})
-        return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=400)
+    return http_error
 
-    async def undecodable(request: Request, exc: Exception) -> JSONResponse:
-        kind = "too deeply nested" if isinstance(exc, RecursionError) else "not UTF-8 JSON"
-        return JSONResponse(
-            {
-                "error": "invalid_request",
-                "detail": [{"path": "body", "type": "json_invalid", "message": f"the body is {kind}"}],
-            },
-            status_code=400,
-        )
 
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
-        _log.error(
-            "api_internal_error",
-            method=request.method,
-            path=request.url.path,
-            error=f"{type(exc).__name__}: {exc}",
-            exc_info=exc,
-        )
-        return JSONResponse(
-            {"error": "internal", "detail": "the node failed to answer; see its log"}, status_code=500
-        )
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail = []
+    for e in exc.errors():
+        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        kind = str(e.get("type", "invalid"))
+        path = "body" if kind == "json_invalid" else (".".join(loc) or "body")
+        detail.append({"path": path, "type": kind, "message": str(e.get("msg", "invalid"))})
+    return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=400)
+
+
+async def _undecodable(request: Request, exc: Exception) -> JSONResponse:
+    kind = "too deeply nested" if isinstance(exc, RecursionError) else "not UTF-8 JSON"
+    return JSONResponse(
+        {
+            "error": "invalid_request",
+            "detail": [{"path": "body", "type": "json_invalid", "message": f"the body is {kind}"}],
+        },
+        status_code=400,
+    )
+
+
+async def _internal(request: Request, exc: Exception) -> JSONResponse:
+    _log.error(
+        "api_internal_error",
+        method=request.method,
+        path=request.url.path,
+        error=f"{type(exc).__name__}: {exc}",
+        exc_info=exc,
+    )
+    return JSONResponse(
+        {"error": "internal", "detail": "the node failed to answer; see its log"}, status_code=500
+    )
+
+
+def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = None) -> None:
+    """Install the JSON error renderers, the body cap, the text check of JSON bodies, the refusal of
+    undeclared query parameters (:func:`refuse_unknown_query`, for routes included after this call)
+    and the OpenAPI writer (:func:`_document_refusals`: the document names the refusals really
+    sent) on ``app``.
+
+    Args:
+        app: The node's app.
+        tokens: The node's API tokens (``api.auth.tokens``). Given, a path no route serves answers
+            like an unknown path on an ingress node (FL-16): 401 ``unauthorized`` for a write
+            (POST/PUT/PATCH/DELETE; webhooks excepted) or an :data:`ALWAYS_GUARDED` prefix
+            without a valid bearer token, else 404. So a node without ``ingress`` answers
+            ``POST /config`` 401 and ``GET /agents`` 404, as an ingress node's guard would.
+    """
+
+    app.router.dependencies.append(Depends(refuse_unknown_query))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -458,10 +471,10 @@ def install_error_handlers(app: FastAPI, *, tokens: tuple[str, ...] | None = Non
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    app.add_exception_handler(StarletteHTTPException, http_error)
-    app.add_exception_handler(RequestValidationError, invalid)
-    app.add_exception_handler(UnicodeDecodeError, undecodable)
-    app.add_exception_handler(RecursionError, undecodable)
-    app.add_exception_handler(Exception, internal)
+    app.add_exception_handler(StarletteHTTPException, _http_error_renderer(tokens))
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(UnicodeDecodeError, _undecodable)
+    app.add_exception_handler(RecursionError, _undecodable)
+    app.add_exception_handler(Exception, _internal)
     app.add_middleware(_TextCheck)
     app.add_middleware(_BodyCap)  # added last: runs first, so an oversized body is never read

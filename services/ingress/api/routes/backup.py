@@ -30,19 +30,19 @@ from fastapi import APIRouter, Depends, Request
 from shared import estate, objects
 from shared.runtime import NodeContext, api_error, require_grant
 
-from .files import object_store_of
+from ...files import object_store_of
+from ._common import add
 
 __all__ = ["router"]
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the backup routes."""
-    r = APIRouter(tags=["backup"])
-    operate = Depends(require_grant(ctx.cfg, "fleet:operate"))
-    read = Depends(require_grant(ctx.cfg, "state:read"))
+class BackupRoutes:
+    """The backup endpoints over this node's own estate copy."""
 
-    @r.post("/backup", status_code=201, dependencies=[operate])
-    async def backup(request: Request, dir: str | None = None) -> dict[str, Any]:  # noqa: A002 - the spec's name
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def backup(self, request: Request, dir: str | None = None) -> dict[str, Any]:  # noqa: A002 - the spec's name
         if len(request.query_params.getlist("dir")) > 1:
             raise api_error(
                 422,
@@ -63,40 +63,39 @@ def router(ctx: NodeContext) -> APIRouter:
                 "invalid",
                 {"field": "dir", "message": f"{dir!r} is relative; give an absolute directory on this node"},
             )
-        est = ctx.extras.get("estate")
+        est = self.ctx.extras.get("estate")
         if est is None:
             raise api_error(
                 503,
                 "not_ready",
-                f"{ctx.node_id} has no open estate copy (not a data node, or still starting)",
+                f"{self.ctx.node_id} has no open estate copy (not a data node, or still starting)",
                 headers={"Retry-After": "5"},
             )
         try:
-            store = await object_store_of(ctx)
+            store = await object_store_of(self.ctx)
         except objects.ObjectsError as e:
             raise api_error(503, "objects_unavailable", str(e)) from None
         try:
             return await estate.take_backup(
                 est,
-                node_id=ctx.node_id,
+                node_id=self.ctx.node_id,
                 dest=dest,
-                store_dir=ctx.cfg.store_dir,
+                store_dir=self.ctx.cfg.store_dir,
                 objects=store,
-                coord=ctx.coord,
-                owner=ctx.cfg.retention.backup_owner,
-                stream_type=ctx.cfg.stream.type,
+                coord=self.ctx.coord,
+                owner=self.ctx.cfg.retention.backup_owner,
+                stream_type=self.ctx.cfg.stream.type,
             )
         except estate.BackupFailed as e:
             if e.code == "backup_destination_invalid":
                 raise api_error(422, "invalid", {"field": "dir", "message": e.message}) from None
             raise api_error(e.status, e.code, e.message) from None
 
-    @r.get("/backups", dependencies=[read])
-    async def backups() -> dict[str, Any]:
-        if ctx.coord is None:
+    async def backups(self) -> dict[str, Any]:
+        if self.ctx.coord is None:
             raise api_error(503, "coordination_unavailable", "this node has no coordination store open")
         try:
-            entries = await ctx.coord.entries("backups")
+            entries = await self.ctx.coord.entries("backups")
         except Exception as e:  # noqa: BLE001 - the store not answering is named, never a 500
             raise api_error(503, "coordination_unavailable", f"{type(e).__name__}: {e}") from None
         out = []
@@ -107,4 +106,13 @@ def router(ctx: NodeContext) -> APIRouter:
                 out.append({"node": entry.key, "unreadable": True})
         return {"backups": out}
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the backup routes."""
+    r = APIRouter(tags=["backup"])
+    operate = [Depends(require_grant(ctx.cfg, "fleet:operate"))]
+    read = [Depends(require_grant(ctx.cfg, "state:read"))]
+    h = BackupRoutes(ctx)
+    add(r, "/backup", h.backup, methods=["POST"], status_code=201, dependencies=operate)
+    add(r, "/backups", h.backups, methods=["GET"], dependencies=read)
     return r

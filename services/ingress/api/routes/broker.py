@@ -21,51 +21,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException
 
-from shared import leases, logs
-from shared.broker import Membership, MembershipOutcomeUnknown, MembershipRefused
-from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error, require_grant
 
+from ...broker import live_nodes, membership_of, remove_member
+from ._common import add
+
 __all__ = ["membership_of", "router"]
-
-_log = logs.get("broker.membership")
-_EXTRA = "broker_membership"
-
-
-def membership_of(ctx: NodeContext) -> Membership:
-    """This node's :class:`Membership` (``ctx.extras["broker_membership"]``), made on first use.
-
-    Raises:
-        HTTPException: 503 ``not_ready`` before the node has its broker link.
-    """
-    found = ctx.extras.get(_EXTRA)
-    if isinstance(found, Membership):
-        return found
-    link = ctx.link
-    if link is None:
-        raise api_error(
-            503, "not_ready", "the node has not connected to its broker yet", headers={"Retry-After": "5"}
-        )
-    emb = link.embedded
-    m = Membership(
-        link.nc,
-        node_id=ctx.node_id,
-        kind=link.kind,
-        client_url=emb.url if emb is not None else "",
-        monitor_url=emb.monitor_url if emb is not None else "",
-    )
-    ctx.extras[_EXTRA] = m
-    return m
-
-
-async def _presence(ctx: NodeContext) -> list[dict[str, Any]]:
-    if ctx.coord is None:
-        raise api_error(503, "lease store unavailable", "the node has not connected to its broker yet")
-    try:
-        view = await leases.fleet_view(ctx.coord)
-    except CoordinationUnavailable as e:
-        raise api_error(503, "lease store unavailable", str(e)) from None
-    return list(view["nodes"])
 
 
 def _confirm(target: str, confirm: str | None, what: str) -> None:
@@ -74,17 +35,18 @@ def _confirm(target: str, confirm: str | None, what: str) -> None:
         raise api_error(400, "confirm_required", f"repeat the {what} as confirm={target} ({got})")
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the broker membership routes (FL-147, FL-149)."""
-    r = APIRouter(tags=["fleet"])
+class BrokerRoutes:
+    """The broker membership endpoints (FL-147, FL-149)."""
 
-    @r.get("/fleet/broker", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def get_broker() -> dict[str, Any]:
-        m = membership_of(ctx)
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def get_broker(self) -> dict[str, Any]:
+        m = membership_of(self.ctx)
         if m.kind == "client":
             return await m.view([])
         try:
-            presence = await _presence(ctx)
+            presence = await live_nodes(self.ctx)
         except HTTPException as e:
             # Lost quorum is when an operator most needs the voters: answer the group alone, with
             # no findings (they compare voters with presence, which cannot be read now).
@@ -98,28 +60,27 @@ def router(ctx: NodeContext) -> APIRouter:
             }
         return await m.view(presence)
 
-    async def _remove(*, node: str | None, peer: str | None, force: bool) -> dict[str, Any]:
-        m = membership_of(ctx)
-        presence = await _presence(ctx) if m.kind != "client" else []
-        try:
-            return await m.remove(presence, node=node, peer=peer, force=force)
-        except MembershipRefused as e:
-            _log.warning("broker_removal_refused", target=node or peer, code=e.code, detail=e.detail)
-            raise api_error(e.status, e.code, e.detail) from None
-        except MembershipOutcomeUnknown as e:
-            _log.warning("broker_removal_outcome_unknown", target=node or peer, detail=str(e))
-            raise api_error(504, "outcome_unknown", str(e)) from None
-
-    @r.post("/fleet/broker/remove/{node}", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))])
-    async def remove_node(node: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
+    async def remove_node(self, node: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
         _confirm(node, confirm, "node id")
-        return await _remove(node=node, peer=None, force=force)
+        return await remove_member(self.ctx, node=node, peer=None, force=force)
 
-    @r.post(
-        "/fleet/broker/remove-peer/{peer}", dependencies=[Depends(require_grant(ctx.cfg, "fleet:operate"))]
-    )
-    async def remove_peer(peer: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
+    async def remove_peer(self, peer: str, confirm: str | None = None, force: bool = False) -> dict[str, Any]:
         _confirm(peer, confirm, "peer id")
-        return await _remove(node=None, peer=peer, force=force)
+        return await remove_member(self.ctx, node=None, peer=peer, force=force)
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the broker membership routes (FL-147, FL-149)."""
+    r = APIRouter(tags=["fleet"])
+    h = BrokerRoutes(ctx)
+    operate = [Depends(require_grant(ctx.cfg, "fleet:operate"))]
+    add(
+        r,
+        "/fleet/broker",
+        h.get_broker,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
+    add(r, "/fleet/broker/remove/{node}", h.remove_node, methods=["POST"], dependencies=operate)
+    add(r, "/fleet/broker/remove-peer/{peer}", h.remove_peer, methods=["POST"], dependencies=operate)
     return r

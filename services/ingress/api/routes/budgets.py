@@ -20,48 +20,34 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from shared.budgets import Budgets, BudgetUnavailable, UnknownScope
+from shared.budgets import BudgetUnavailable, UnknownScope
 from shared.runtime import NodeContext, api_error, require_grant
 
+from ...budgets import budgets_of
+from ._common import GRANTED, add
+
 __all__ = ["budgets_of", "router"]
-
-_EXTRA = "budgets"
-
-
-def budgets_of(ctx: NodeContext) -> Budgets:
-    """This node's :class:`Budgets` (``ctx.extras["budgets"]``), made on first use.
-
-    The one made here reads the store and the org from ``ctx`` on every call, so it follows a
-    store opened later and every applied revision.
-    """
-    found = ctx.extras.get(_EXTRA)
-    if isinstance(found, Budgets):
-        return found
-    made = Budgets(lambda: ctx.coord, lambda: ctx.org)
-    ctx.extras[_EXTRA] = made
-    return made
 
 
 def _unavailable(e: BudgetUnavailable) -> Exception:
     return api_error(503, "budgets_unavailable", f"cannot read the budget counters: {e}")
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the budgets routes (FL-120)."""
-    r = APIRouter(tags=["budgets"])
-    write = require_grant(ctx.cfg, "config:write")
+class BudgetRoutes:
+    """The fleet budget endpoints over the node's :class:`~shared.budgets.Budgets`."""
 
-    @r.get("/budgets", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def get_budgets() -> dict[str, Any]:
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def get_budgets(self) -> dict[str, Any]:
         try:
-            view = await budgets_of(ctx).snapshot()
+            view = await budgets_of(self.ctx).snapshot()
         except BudgetUnavailable as e:
             raise _unavailable(e) from None
-        view["asked"] = ctx.node_id
+        view["asked"] = self.ctx.node_id
         return view
 
-    @r.post("/budgets/reset")
-    async def reset_budgets(scope: str | None = None, who: str = Depends(write)) -> dict[str, Any]:  # noqa: B008
+    async def reset_budgets(self, scope: str | None = None, who: str = GRANTED) -> dict[str, Any]:
         if scope is not None and not scope.strip():
             raise api_error(
                 400,
@@ -70,11 +56,25 @@ def router(ctx: NodeContext) -> APIRouter:
                 field="scope",
             )
         try:
-            zeroed = await budgets_of(ctx).reset(scope)
+            zeroed = await budgets_of(self.ctx).reset(scope)
         except UnknownScope as e:
             raise api_error(404, "unknown_scope", str(e), field="scope") from None
         except BudgetUnavailable as e:
             raise _unavailable(e) from None
-        return {"scope": scope or "all", "zeroed": zeroed, "by": who, "node": ctx.node_id}
+        return {"scope": scope or "all", "zeroed": zeroed, "by": who, "node": self.ctx.node_id}
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the budgets routes (FL-120)."""
+    r = APIRouter(tags=["budgets"])
+    h = BudgetRoutes(ctx)
+    write = {"who": Depends(require_grant(ctx.cfg, "config:write"))}
+    add(
+        r,
+        "/budgets",
+        h.get_budgets,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
+    add(r, "/budgets/reset", h.reset_budgets, methods=["POST"], given=write)
     return r

@@ -28,18 +28,28 @@ store not answering is 503 ``control_unavailable`` (the outcome of a write is th
 
 from __future__ import annotations
 
-import copy
-import json
-from pathlib import Path
 from typing import Any
 
 import yaml
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 
 from shared import control, logs
-from shared.config import company_json_schema, offline_script_issues, validate_company_data
+from shared.config import company_json_schema
 from shared.runtime import NodeContext, api_error, require_grant
+
+from ...revisions import (
+    activated,
+    admit_write,
+    announce,
+    commit,
+    control_http_error,
+    edit_entity,
+    parse_document,
+    reconciler,
+    summary_of,
+)
+from ._common import GRANTED, add
 
 __all__ = ["router"]
 
@@ -53,63 +63,23 @@ _JSON_OR_YAML: dict[int | str, dict[str, Any]] = {
     }
 }
 """``GET /config`` and ``GET /config/revisions/{id}`` answer JSON, or the document as YAML."""
+_ENTITY_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "The whole entity as the company document writes it",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
 
 _log = logs.get("control.api")
-APPLY_WAIT = 10.0
-"""Seconds a write waits for this node to apply what it activated before answering."""
-
-
-def _error(status: int, code: str, detail: str, **extra: Any) -> HTTPException:
-    return HTTPException(status, {"error": code, "detail": detail, **extra})
-
-
-def _translate(e: Exception) -> HTTPException:
-    if isinstance(e, control.UnknownRevision):
-        return _error(404, "unknown_revision", str(e))
-    if isinstance(e, control.RevisionAdvanced):
-        return _error(
-            409,
-            "revision_advanced",
-            str(e),
-            revision_id=e.revision_id,
-            active_revision_id=e.active_revision_id,
-        )
-    if isinstance(e, control.PayloadUnopenable):
-        return _error(503, "payload_unopenable", str(e))
-    if isinstance(e, control.ControlUnavailable):
-        return _error(
-            503, "control_unavailable", f"the coordination store did not answer; outcome unknown: {e}"
-        )
-    raise e
-
-
-SUMMARY_LIMIT = 1000
-"""Characters an ``X-Summary`` may hold."""
-
-
-def _header_text(value: str) -> str:
-    """A header as text: HTTP headers arrive as latin-1, so UTF-8 ("café", "✓") is re-read as UTF-8."""
-    try:
-        return value.encode("latin-1").decode("utf-8").strip()
-    except UnicodeError:
-        return value.strip()
-
-
-def _summary(request: Request, default: str = "") -> str:
-    """``X-Summary``: one line of at most :data:`SUMMARY_LIMIT` characters, no control characters."""
-    text = _header_text(request.headers.get("x-summary", "")) or default
-    if len(text) > SUMMARY_LIMIT:
-        raise _error(
-            422, "invalid_summary", f"X-Summary is over {SUMMARY_LIMIT} characters", field="X-Summary"
-        )
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise _error(422, "invalid_summary", "X-Summary holds a control character", field="X-Summary")
-    return text
+_READ_FAILURES = (control.ControlUnavailable, control.UnknownRevision)
 
 
 def _format(value: str) -> str:
     if value not in ("json", "yaml"):
-        raise _error(422, "invalid_format", f"format={value!r}: json or yaml", field="format")
+        raise HTTPException(
+            422, {"error": "invalid_format", "detail": f"format={value!r}: json or yaml", "field": "format"}
+        )
     return value
 
 
@@ -119,91 +89,6 @@ def _yaml(document: Any) -> PlainTextResponse:
     )
 
 
-def _parse_document(raw: bytes, content_type: str) -> Any:
-    """The body as a document: JSON, or YAML (a YAML content type, or any body JSON cannot read).
-
-    Raises:
-        HTTPException: 422 ``invalid_company`` naming where the body stops being JSON or YAML.
-    """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _error(
-            422, "invalid_company", "the body is not UTF-8", issues=[_issue("", "shape", "not UTF-8")]
-        ) from None
-    if "yaml" not in content_type:
-        try:
-            return json.loads(text)
-        except ValueError:
-            pass  # curl sends YAML as form data by default: try it as YAML before refusing
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-        message = f"not JSON, and not YAML: {getattr(e, 'problem', None) or 'syntax error'} at {where}"
-        raise _error(422, "invalid_company", message, issues=[_issue("", "shape", message)]) from None
-
-
-def _issue(path: str, kind: str, message: str) -> dict[str, str]:
-    return {"file": "", "path": path, "type": kind, "message": message, "severity": "error"}
-
-
-async def _active(rec: control.Reconciler) -> tuple[int, str, dict[str, Any] | None]:
-    """``(epoch, active revision id, its document)``; the document is None when the fleet has none
-    or its body does not open here (it is then replaced, not diffed: FL-107)."""
-    epoch, active_id, _ = await rec.store.epoch()
-    if not epoch:
-        return 0, "", None
-    try:
-        act = await rec.store.pointer()
-    except control.PayloadUnopenable:
-        return epoch, active_id, None
-    return epoch, active_id, act.revision.document if act is not None else None
-
-
-def _units(items: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for unit in items if isinstance(items, list) else []:
-        if isinstance(unit, dict):
-            out.append(unit)
-            out.extend(_units(unit.get("children")))
-    return out
-
-
-def _replace_in(items: Any, key: str, name: str, body: dict[str, Any]) -> bool:
-    if not isinstance(items, list):
-        return False
-    for i, item in enumerate(items):
-        if isinstance(item, dict) and item.get(key) == name:
-            items[i] = body
-            return True
-    return False
-
-
-def _replace_entity(document: dict[str, Any], kind: str, name: str, body: dict[str, Any]) -> bool:
-    """Replace one role (by handle), unit (by id), LLM provider (by key) or MCP server (by name) in
-    place; False when the document has none by that name (CO-39 never creates)."""
-    if kind == "role":
-        return any(
-            _replace_in(where.get("roles"), "handle", name, body)
-            for where in [document, *_units(document.get("units"))]
-        )
-    if kind == "unit":
-        return any(
-            _replace_in(where.get(k), "id", name, body)
-            for where in [document, *_units(document.get("units"))]
-            for k in ("units", "children")
-        )
-    if kind == "llm provider":
-        llm = (document.get("providers") or {}).get("llm")
-        if isinstance(llm, dict) and name in llm:
-            llm[name] = body
-            return True
-        return False
-    return _replace_in(document.get("mcp_servers"), "name", name, body)
-
-
 def _revision_body(rev: control.Revision, *, document: bool) -> dict[str, Any]:
     out = rev.meta()
     if document:
@@ -211,52 +96,31 @@ def _revision_body(rev: control.Revision, *, document: bool) -> dict[str, Any]:
     return out
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the ``/config`` routes over ``ctx.extras["control"]`` (the node's reconciler)."""
-    r = APIRouter(tags=["config"])
-    read = [Depends(require_grant(ctx.cfg, "config:read"))]
-    write = require_grant(ctx.cfg, "config:write")
-
-    def reconciler() -> control.Reconciler:
-        rec = ctx.extras.get("control")
-        if not isinstance(rec, control.Reconciler):
-            raise api_error(
-                503, "not_ready", "the control plane is not open yet", headers={"Retry-After": "5"}
-            )
-        return rec
-
-    def admit_write() -> None:
-        if ctx.draining:
-            raise api_error(
-                503, "draining", "this node is draining; retry on another node", headers={"Retry-After": "5"}
-            )
-
-    async def announce(rec: control.Reconciler, act: control.Activation) -> bool:
-        if ctx.link is not None and not ctx.link.nc.is_closed:
-            payload = {"revision_id": act.revision.revision_id, "summary": act.revision.summary}
-            try:
-                await ctx.link.nc.publish(control.REVISION_ACTIVATED_SUBJECT, json.dumps(payload).encode())
-            except Exception as e:  # noqa: BLE001 - the poll still converges (FL-108)
-                _log.warning("config_nudge_publish_failed", error=f"{type(e).__name__}: {e}")
-        rec.nudge()
-        return await rec.wait_applied(act.epoch, APPLY_WAIT)
-
-    def activated(act: control.Activation, applied: bool, **extra: Any) -> dict[str, Any]:
-        return {
-            "revision_id": act.revision.revision_id,
-            "epoch": act.epoch,
-            "activated_at": act.activated_at_iso,
-            "applied_here": applied,
-            **extra,
+def _document_body() -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "description": "The company document (Tier B), as JSON or YAML",
+            "content": {
+                "application/json": {"schema": company_json_schema()},
+                "application/yaml": {"schema": {"type": "string"}},
+            },
         }
+    }
 
-    @r.get("/config", dependencies=read, response_model=None, responses=_JSON_OR_YAML)
-    async def get_config(format: str = _FORMAT) -> Any:
-        rec = reconciler()
+
+class ConfigRoutes:
+    """The ``/config`` endpoints over the node's reconciler (``ctx.extras["control"]``)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def get_config(self, format: str = _FORMAT) -> Any:
+        rec = reconciler(self.ctx)
         try:
             act = await rec.store.pointer()
-        except (control.ControlUnavailable, control.UnknownRevision) as e:
-            raise _translate(e) from None
+        except _READ_FAILURES as e:
+            raise control_http_error(e) from None
         if act is None:
             raise api_error(503, "no_active_revision", "the fleet has no active company revision")
         if _format(format) == "yaml":
@@ -268,232 +132,113 @@ def router(ctx: NodeContext) -> APIRouter:
             "activated_by": act.activated_by,
         }
 
-    async def commit(
-        request: Request,
-        document: Any,
-        *,
-        token_id: str,
-        summary: str,
-        compat: bool = False,
-        dry_run: bool = False,
-        base: tuple[int, str, dict[str, Any] | None] | None = None,
-    ) -> Any:
-        """Validate ``document``, store it in history, move the pointer (FL-106); answer 201.
-
-        ``base`` is ``(epoch, active revision id, active document)`` as the caller read it (the
-        per-entity edits); None reads it here. The compare-and-set is against that epoch.
-        """
-        admit_write()
-        rec = reconciler()
-        if not summary:
-            raise _error(
-                422,
-                "missing_summary",
-                "X-Summary is required: say what this revision changes",
-                field="X-Summary",
-            )
-        if not isinstance(document, dict):
-            raise _error(
-                422,
-                "invalid_company",
-                "the body must be a company document (a mapping)",
-                issues=[_issue("", "shape", "top level must be a mapping")],
-            )
-        company, issues = validate_company_data(document, file="", compat=compat)
-        if company is None:
-            errors = [i for i in issues if i.severity == "error"]
-            raise _error(
-                422,
-                "invalid_company",
-                f"not a runnable company: {len(errors)} error(s), first {errors[0].path}: {errors[0].message}",
-                issues=[i.as_dict() for i in issues],
-            )
-        if compat:  # store the compat rewrites; the revision keeps the flag for its apply (CO-43)
-            document = company.model_dump(mode="json", exclude_unset=True)
-        refused = [
-            _issue(path, "invalid", "a masked credential (***): give the value or a ${NAME} reference")
-            for path in control.masked_credentials(document)
-        ]
-        base_dir = Path(str(ctx.extras.get("company_dir", ".")))
-        refused += [
-            i.as_dict()
-            for i in offline_script_issues(document, base_dir, compat=compat)
-            if i.severity == "error"
-        ]
-        if refused:
-            raise _error(
-                422,
-                "invalid_company",
-                f"not a runnable company: {refused[0]['path']}: {refused[0]['message']}",
-                issues=refused,
-            )
-        warnings = [i.as_dict() for i in issues]
-        try:
-            if base is None:
-                epoch, active_id, current = await _active(rec)
-            else:
-                epoch, active_id, current = base
-            if_match = _header_text(request.headers.get("if-match", "")).strip('"')
-            if if_match and (
-                (if_match == "none" and epoch)
-                or (if_match == "*" and not epoch)
-                or (if_match not in ("none", "*") and if_match != active_id)
-            ):
-                raise _error(
-                    412,
-                    "if_match_failed",
-                    f"If-Match {if_match!r} but the active revision is {active_id or 'none'}",
-                    active_revision_id=active_id or None,
-                )
-            changes = [c.as_dict() for c in control.diff(current or {}, document)]
-            if dry_run:
-                return JSONResponse(
-                    {"valid": True, "revision_id": None, "warnings": warnings, "changes": changes}, 200
-                )
-            revision = control.Revision(
-                revision_id=control.new_revision_id(),
-                document=document,
-                summary=summary,
-                source="cli" if request.headers.get("x-crewlet-client") == "cli" else "api",
-                created_by=token_id or "not recorded",
-                created_by_kind="operator",
-                operator_id=token_id,
-                parent_revision_id=active_id or None,
-                compat=compat,
-            )
-            await rec.store.store(revision)  # history first; active only once the pointer moved (FL-106)
-            act = await rec.store.activate(revision, by=token_id, expected_epoch=epoch)
-        except (control.ControlUnavailable, control.RevisionAdvanced, control.UnknownRevision) as e:
-            raise _translate(e) from None
-        _log.info("config_revision_activated", revision_id=revision.revision_id, epoch=act.epoch, by=token_id)
-        applied = await announce(rec, act)
-        return JSONResponse(activated(act, applied, warnings=warnings, changes=len(changes)), 201)
-
-    document_body = {
-        "requestBody": {
-            "required": True,
-            "description": "The company document (Tier B), as JSON or YAML",
-            "content": {
-                "application/json": {"schema": company_json_schema()},
-                "application/yaml": {"schema": {"type": "string"}},
-            },
-        }
-    }
-    entity_body = {
-        "requestBody": {
-            "required": True,
-            "description": "The whole entity as the company document writes it",
-            "content": {"application/json": {"schema": {"type": "object"}}},
-        }
-    }
-
-    @r.put("/config", status_code=201, openapi_extra=document_body)
     async def put_config(
-        request: Request, token_id: str = Depends(write), compat: bool = False, dry_run: bool = False
+        self, request: Request, token_id: str = GRANTED, compat: bool = False, dry_run: bool = False
     ) -> Any:
-        document = _parse_document(await request.body(), request.headers.get("content-type", ""))
+        document = parse_document(await request.body(), request.headers.get("content-type", ""))
+        summary = summary_of(request)
         return await commit(
-            request,
-            document,
-            token_id=token_id,
-            summary=_summary(request),
-            compat=compat,
-            dry_run=dry_run,
+            self.ctx, request, document, token_id=token_id, summary=summary, compat=compat, dry_run=dry_run
         )
 
-    async def edit_entity(request: Request, token_id: str, kind: str, name: str) -> Any:
-        """CO-39: replace one entity of the active document; never creates (404 ``no_such_entity``)."""
-        try:
-            body = json.loads(await request.body())
-        except ValueError as e:
-            raise _error(422, "invalid_request", f"the body is not JSON: {e}", field="body") from None
-        if not isinstance(body, dict):
-            raise _error(422, "invalid_request", f"the body must be one {kind} (a mapping)", field="body")
-        rec = reconciler()
-        try:
-            epoch, active_id, current = await _active(rec)
-        except (control.ControlUnavailable, control.UnknownRevision) as e:
-            raise _translate(e) from None
-        if current is None:
-            raise api_error(503, "no_active_revision", "the fleet has no active company revision")
-        document = copy.deepcopy(current)
-        if not _replace_entity(document, kind, name, body):
-            raise _error(404, "no_such_entity", f"the active revision has no {kind} {name!r}")
-        summary = _summary(request, f"replace {kind} {name}")
-        return await commit(
-            request, document, token_id=token_id, summary=summary, base=(epoch, active_id, current)
-        )
+    async def put_role(self, handle: str, request: Request, token_id: str = GRANTED) -> Any:
+        return await edit_entity(self.ctx, request, token_id, "role", handle)
 
-    @r.put("/config/roles/{handle}", status_code=201, openapi_extra=entity_body)
-    async def put_role(handle: str, request: Request, token_id: str = Depends(write)) -> Any:
-        return await edit_entity(request, token_id, "role", handle)
+    async def put_unit(self, unit_id: str, request: Request, token_id: str = GRANTED) -> Any:
+        return await edit_entity(self.ctx, request, token_id, "unit", unit_id)
 
-    @r.put("/config/units/{unit_id}", status_code=201, openapi_extra=entity_body)
-    async def put_unit(unit_id: str, request: Request, token_id: str = Depends(write)) -> Any:
-        return await edit_entity(request, token_id, "unit", unit_id)
+    async def put_provider(self, key: str, request: Request, token_id: str = GRANTED) -> Any:
+        return await edit_entity(self.ctx, request, token_id, "llm provider", key)
 
-    @r.put("/config/llm-providers/{key}", status_code=201, openapi_extra=entity_body)
-    async def put_provider(key: str, request: Request, token_id: str = Depends(write)) -> Any:
-        return await edit_entity(request, token_id, "llm provider", key)
+    async def put_mcp_server(self, name: str, request: Request, token_id: str = GRANTED) -> Any:
+        return await edit_entity(self.ctx, request, token_id, "mcp server", name)
 
-    @r.put("/config/mcp-servers/{name}", status_code=201, openapi_extra=entity_body)
-    async def put_mcp_server(name: str, request: Request, token_id: str = Depends(write)) -> Any:
-        return await edit_entity(request, token_id, "mcp server", name)
-
-    @r.post("/config/revisions/{revision_id}/revert", status_code=201)
-    async def revert(revision_id: str, request: Request, token_id: str = Depends(write)) -> Any:
-        rec = reconciler()
+    async def revert(self, revision_id: str, request: Request, token_id: str = GRANTED) -> Any:
+        rec = reconciler(self.ctx)
         try:
             old = await rec.store.get(revision_id)
-        except (control.ControlUnavailable, control.UnknownRevision) as e:
-            raise _translate(e) from None
-        summary = _summary(request, f"revert to {revision_id}")
-        return await commit(request, old.document, token_id=token_id, summary=summary)
+        except _READ_FAILURES as e:
+            raise control_http_error(e) from None
+        summary = summary_of(request, f"revert to {revision_id}")
+        return await commit(self.ctx, request, old.document, token_id=token_id, summary=summary)
 
-    @r.get("/config/revisions", dependencies=read)
-    async def list_revisions(limit: int = Query(100, ge=1, le=MAX_REVISIONS_LISTED)) -> dict[str, Any]:
-        rec = reconciler()
+    async def list_revisions(self, limit: int = Query(100, ge=1, le=MAX_REVISIONS_LISTED)) -> dict[str, Any]:
+        rec = reconciler(self.ctx)
         try:
             history = await rec.store.history()
             epoch, active_id, _ = await rec.store.epoch()
-        except (control.ControlUnavailable, control.UnknownRevision) as e:
-            raise _translate(e) from None
+        except _READ_FAILURES as e:
+            raise control_http_error(e) from None
         rows = [{**r.meta(), "active": r.revision_id == active_id} for r in history[:limit]]
         return {"revisions": rows, "active_revision_id": active_id or None, "epoch": epoch}
 
-    @r.get("/config/revisions/{revision_id}", dependencies=read, response_model=None, responses=_JSON_OR_YAML)
-    async def get_revision(revision_id: str, format: str = _FORMAT) -> Any:
-        rec = reconciler()
+    async def get_revision(self, revision_id: str, format: str = _FORMAT) -> Any:
+        rec = reconciler(self.ctx)
         try:
             rev = await rec.store.get(revision_id)
-        except (control.ControlUnavailable, control.UnknownRevision) as e:
-            raise _translate(e) from None
+        except _READ_FAILURES as e:
+            raise control_http_error(e) from None
         if _format(format) == "yaml":
             return _yaml(control.redact(rev.document))
         return _revision_body(rev, document=True)
 
-    @r.get("/config/revisions/{revision_id}/diff", dependencies=read)
-    async def diff_revision(revision_id: str, against: str | None = None) -> dict[str, Any]:
-        rec = reconciler()
+    async def diff_revision(self, revision_id: str, against: str | None = None) -> dict[str, Any]:
+        rec = reconciler(self.ctx)
         try:
             to = await rec.store.get(revision_id)
             base_id = against or to.parent_revision_id
             base = await rec.store.get(base_id) if base_id else None
-        except (control.ControlUnavailable, control.UnknownRevision) as e:
-            raise _translate(e) from None
+        except _READ_FAILURES as e:
+            raise control_http_error(e) from None
         changes = control.diff(base.document if base is not None else {}, to.document)
         return {"from": base_id, "to": revision_id, "changes": [c.as_dict() for c in changes]}
 
-    @r.post("/config/revisions/{revision_id}/activate", status_code=201)
-    async def activate(revision_id: str, request: Request, token_id: str = Depends(write)) -> dict[str, Any]:
-        admit_write()
-        rec = reconciler()
+    async def activate(self, revision_id: str, request: Request, token_id: str = GRANTED) -> dict[str, Any]:
+        admit_write(self.ctx)
+        rec = reconciler(self.ctx)
         try:
             rev = await rec.store.get(revision_id)
             act = await rec.store.activate(rev, by=token_id)
-        except (control.ControlUnavailable, control.UnknownRevision) as e:
-            raise _translate(e) from None
+        except _READ_FAILURES as e:
+            raise control_http_error(e) from None
         _log.info("config_revision_activated", revision_id=revision_id, epoch=act.epoch, by=token_id)
-        return activated(act, await announce(rec, act))
+        return activated(act, await announce(self.ctx, rec, act))
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the ``/config`` routes over ``ctx.extras["control"]`` (the node's reconciler)."""
+    r = APIRouter(tags=["config"])
+    read = [Depends(require_grant(ctx.cfg, "config:read"))]
+    write = {"token_id": Depends(require_grant(ctx.cfg, "config:write"))}
+    h = ConfigRoutes(ctx)
+    yaml_too: dict[str, Any] = {"dependencies": read, "response_model": None, "responses": _JSON_OR_YAML}
+    add(r, "/config", h.get_config, methods=["GET"], **yaml_too)
+    add(
+        r,
+        "/config",
+        h.put_config,
+        methods=["PUT"],
+        given=write,
+        status_code=201,
+        openapi_extra=_document_body(),
+    )
+    for path, edit in (
+        ("/config/roles/{handle}", h.put_role),
+        ("/config/units/{unit_id}", h.put_unit),
+        ("/config/llm-providers/{key}", h.put_provider),
+        ("/config/mcp-servers/{name}", h.put_mcp_server),
+    ):
+        add(r, path, edit, methods=["PUT"], given=write, status_code=201, openapi_extra=_ENTITY_BODY)
+    add(r, "/config/revisions/{revision_id}/revert", h.revert, methods=["POST"], given=write, status_code=201)
+    add(r, "/config/revisions", h.list_revisions, methods=["GET"], dependencies=read)
+    add(r, "/config/revisions/{revision_id}", h.get_revision, methods=["GET"], **yaml_too)
+    add(r, "/config/revisions/{revision_id}/diff", h.diff_revision, methods=["GET"], dependencies=read)
+    add(
+        r,
+        "/config/revisions/{revision_id}/activate",
+        h.activate,
+        methods=["POST"],
+        given=write,
+        status_code=201,
+    )
     return r

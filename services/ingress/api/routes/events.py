@@ -25,28 +25,56 @@ from fastapi import APIRouter, Depends, Query
 from shared import estate, history
 from shared.runtime import NodeContext, api_error, require_grant
 
-from ._scatter import Scattered, scatter
-from .work import estate_http_error
+from ...scatter import Scattered, scatter
+from ._common import add, estate_http_error
 
 __all__ = ["router"]
+
+_FILTERS = (
+    "event_type",
+    "source",
+    "category",
+    "agent_id",
+    "agent_role",
+    "task_id",
+    "channel_id",
+    "sender",
+    "trace_id",
+)
 
 
 def _unavailable() -> Exception:
     return api_error(503, "events_unavailable", "no live node keeps an event log (no data node, or booting)")
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the event log route."""
-    r = APIRouter(tags=["events"])
+def _partial(event_id: str, got: Scattered) -> Exception:
+    return api_error(
+        503,
+        "history_partial",
+        {
+            "message": f"no event {event_id!r} on the nodes that answered; "
+            f"{', '.join(sorted(got.coverage.missing + got.coverage.other_version))} may hold it",
+            "coverage": got.coverage_dict(),
+        },
+        headers={"Retry-After": "5"},
+    )
 
-    async def ask(what: str, args: dict[str, Any]) -> Scattered:
-        got = await scatter(ctx, what, args)
+
+class EventRoutes:
+    """The event log endpoints: scatter reads of every live data node's log (ES-79)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def ask(self, what: str, args: dict[str, Any]) -> Scattered:
+        """Scatter ``what`` to the live nodes; 503 ``events_unavailable`` when none keeps a log."""
+        got = await scatter(self.ctx, what, args)
         if not got.holders:
             raise _unavailable()
         return got
 
-    @r.get("/events", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
     async def list_events(
+        self,
         limit: int = Query(100, ge=1, le=estate.EVENT_LIMIT),
         before: str | None = None,
         event_type: str | None = None,
@@ -59,49 +87,34 @@ def router(ctx: NodeContext) -> APIRouter:
         sender: str | None = None,
         trace_id: str | None = None,
     ) -> dict[str, Any]:
-        filters = {
-            k: v
-            for k, v in {
-                "event_type": event_type,
-                "source": source,
-                "category": category,
-                "agent_id": agent_id,
-                "agent_role": agent_role,
-                "task_id": task_id,
-                "channel_id": channel_id,
-                "sender": sender,
-                "trace_id": trace_id,
-            }.items()
-            if v is not None
-        }
+        given = locals()
+        filters = {k: given[k] for k in _FILTERS if given[k] is not None}
         if before:
             t, sep, _ = before.partition(":")
             if not sep or not t.isdigit():
                 raise estate_http_error(estate.InvalidField("before", "is not a cursor from a previous page"))
-        got = await ask("events", {"limit": limit, "before": before, "filters": filters})
+        got = await self.ask("events", {"limit": limit, "before": before, "filters": filters})
         rows, more = history.merge_rows("events", got.answers, limit=limit)
         last = rows[-1] if rows else None
         return {
             "events": rows,
             "next": f"{last['event_time']}:{last['event_id']}" if more and last else None,
-            "node": ctx.node_id,
+            "node": self.ctx.node_id,
             "coverage": got.coverage_dict(),
         }
 
-    @r.get("/events/trace/{trace_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
-    async def trace(trace_id: str) -> dict[str, Any]:
-        got = await ask("trace", {"trace_id": trace_id})
+    async def trace(self, trace_id: str) -> dict[str, Any]:
+        got = await self.ask("trace", {"trace_id": trace_id})
         rows, _ = history.merge_rows("trace", got.answers, limit=estate.TRACE_LIMIT)
         return {
             "trace_id": trace_id,
             "events": list(reversed(rows)),
-            "node": ctx.node_id,
+            "node": self.ctx.node_id,
             "coverage": got.coverage_dict(),
         }
 
-    @r.get("/events/{event_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
-    async def one(event_id: str) -> dict[str, Any]:
-        got = await ask("event", {"event_id": event_id})
+    async def one(self, event_id: str) -> dict[str, Any]:
+        got = await self.ask("event", {"event_id": event_id})
         found = [
             row
             for node in sorted(got.answers)
@@ -112,16 +125,16 @@ def router(ctx: NodeContext) -> APIRouter:
             newest = max(found, key=lambda row: history.row_key("event", row))
             return {**newest, "coverage": got.coverage_dict()}
         if got.coverage.missing or got.coverage.other_version:
-            raise api_error(
-                503,
-                "history_partial",
-                {
-                    "message": f"no event {event_id!r} on the nodes that answered; "
-                    f"{', '.join(sorted(got.coverage.missing + got.coverage.other_version))} may hold it",
-                    "coverage": got.coverage_dict(),
-                },
-                headers={"Retry-After": "5"},
-            )
+            raise _partial(event_id, got)
         raise api_error(404, "not_found", {"what": "event", "key": event_id})
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the event log route."""
+    r = APIRouter(tags=["events"])
+    audit = [Depends(require_grant(ctx.cfg, "audit:read"))]
+    h = EventRoutes(ctx)
+    add(r, "/events", h.list_events, methods=["GET"], dependencies=audit)
+    add(r, "/events/trace/{trace_id}", h.trace, methods=["GET"], dependencies=audit)
+    add(r, "/events/{event_id}", h.one, methods=["GET"], dependencies=audit)
     return r

@@ -13,45 +13,22 @@ a failed upload leaves at most an unnamed object (ES-74). An empty upload is ref
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 
 from shared import estate, objects
-from shared.router import EstateRouter, RouterError, router_of
+from shared.router import RouterError
 from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
 
-from .work import estate_http_error
+from ...files import object_store_of, open_file, store_file
+from ._common import GRANTED, EstateResource, add, estate_call, estate_http_error, write_answer
 
 __all__ = ["object_store_of", "router"]
 
-_open_lock = asyncio.Lock()
 _ANY_BYTES = {"*/*": {"schema": {"type": "string", "format": "binary"}}}
 """A file's bytes in the OpenAPI document: any content type (the uploader's), any bytes."""
-
-
-async def object_store_of(ctx: NodeContext) -> objects.ObjectStore:
-    """Return the node's object store (``ctx.objects``, opened and claimed at boot by the node runner).
-
-    A context without one (a test harness, a runner that skipped it) opens and claims it here on first
-    use and keeps it in ``ctx.objects`` so the runner closes it at shutdown.
-
-    Raises:
-        ObjectsError: the store could not be opened, or another store is recorded (ES-71).
-    """
-    if ctx.objects is not None:
-        return ctx.objects
-    async with _open_lock:
-        if ctx.objects is None:
-            opened = await objects.open_object_store(ctx.cfg, ctx.link)
-            if ctx.coord is not None:
-                await objects.claim_objects_slot(ctx.coord, opened)
-            ctx.objects = opened
-        return ctx.objects
 
 
 def _objects_error(e: objects.ObjectsError) -> Exception:
@@ -62,71 +39,59 @@ def _objects_error(e: objects.ObjectsError) -> Exception:
     return api_error(503, "objects_unavailable", str(e))
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the project file routes."""
-    r = APIRouter(tags=["files"])
-    read = Depends(require_grant(ctx.cfg, "state:read"))
-    write = require_grant(ctx.cfg, "work:write")
+def _if_match(raw: str | None) -> int | None:
+    """The ``If-Match`` header as a file version (0 = must be new); 400 naming it otherwise."""
+    if raw is None:
+        return None
+    try:
+        if_match = int(raw.strip().strip('"'))
+        if not 0 <= if_match <= MAX_VERSION:
+            raise ValueError(raw)
+    except ValueError:
+        raise api_error(
+            400,
+            "invalid",
+            {
+                "field": "If-Match",
+                "message": f"must be the file version you read (0..{MAX_VERSION}; 0 = must be new)",
+            },
+        ) from None
+    return if_match
 
-    def est() -> EstateRouter:
-        return router_of(ctx)
 
-    @r.get("/projects/{key}/files", dependencies=[read])
+class FileRoutes(EstateResource):
+    """The project file endpoints: rows through the estate router, bytes through the object store."""
+
     async def list_files(
-        key: str, prefix: str | None = None, min_position: str | None = None
+        self, key: str, prefix: str | None = None, min_position: str | None = None
     ) -> dict[str, Any]:
-        try:
-            res = await est().list_files(key, prefix=prefix, min_position=min_position)
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**res["data"], "read": res["meta"]}
+        return await self.read(lambda est: est.list_files(key, prefix=prefix, min_position=min_position))
 
-    @r.get(
-        "/projects/{key}/files/{path:path}",
-        dependencies=[read],
-        response_class=StreamingResponse,
-        responses={200: {"description": "The file's bytes, in its content type", "content": _ANY_BYTES}},
-    )
     async def download(
+        self,
         key: str,
         path: str,
         version: int | None = Query(None, ge=1, le=MAX_VERSION),
         min_position: str | None = None,
     ) -> StreamingResponse:
+        row = (
+            await estate_call(
+                self.ctx, lambda est: est.get_file_row(key, path, version=version, min_position=min_position)
+            )
+        )["data"]
         try:
-            row = (await est().get_file_row(key, path, version=version, min_position=min_position))["data"]
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        first: bytes | None = None
-        try:
-            store = await object_store_of(ctx)
-            chunks = (await store.get(str(row["object_key"]))).__aiter__()
-            # the first chunk is read before the headers go out: a store that fails at once answers
-            # 503 naming it, rather than a 200 cut short after its headers
-            first = await anext(chunks, None)
+            body = await open_file(self.ctx, row)
         except objects.ObjectsError as e:
             raise _objects_error(e) from None
-
-        async def body() -> AsyncIterator[bytes]:
-            if first is not None:
-                yield first
-            async for chunk in chunks:
-                yield chunk
-
         headers = {
             "Content-Length": str(row["size"]),
             "ETag": f'"{row["sha256"]}"',
             "X-Crewlet-File-Version": str(row["version"]),
             "X-Crewlet-Sha256": str(row["sha256"]),
         }
-        return StreamingResponse(body(), media_type=str(row["content_type"]), headers=headers)
+        return StreamingResponse(body, media_type=str(row["content_type"]), headers=headers)
 
-    @r.put(
-        "/projects/{key}/files/{path:path}",
-        status_code=201,
-        openapi_extra={"requestBody": {"required": True, "content": _ANY_BYTES}},
-    )
-    async def upload(key: str, path: str, request: Request, token: str = Depends(write)) -> dict[str, Any]:
+    async def upload(self, key: str, path: str, request: Request, token: str = GRANTED) -> dict[str, Any]:
         try:
             estate.validate_path(path)
         except estate.InvalidField as e:
@@ -134,22 +99,7 @@ def router(ctx: NodeContext) -> APIRouter:
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > estate.MAX_FILE:
             raise estate_http_error(estate.TooLarge("content", estate.MAX_FILE, int(declared)))
-        if_match: int | None = None
-        raw_if = request.headers.get("if-match")
-        if raw_if is not None:
-            try:
-                if_match = int(raw_if.strip().strip('"'))
-                if not 0 <= if_match <= MAX_VERSION:
-                    raise ValueError(raw_if)
-            except ValueError:
-                raise api_error(
-                    400,
-                    "invalid",
-                    {
-                        "field": "If-Match",
-                        "message": f"must be the file version you read (0..{MAX_VERSION}; 0 = must be new)",
-                    },
-                ) from None
+        if_match = _if_match(request.headers.get("if-match"))
         data = await request.body()
         if not data:
             raise api_error(
@@ -159,30 +109,45 @@ def router(ctx: NodeContext) -> APIRouter:
             raise estate_http_error(estate.TooLarge("content", estate.MAX_FILE, len(data)))
         content_type = request.headers.get("content-type") or "application/octet-stream"
         try:
-            await est().get_work_catalogue(key)  # the project must exist before any byte is stored
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        sha = hashlib.sha256(data).hexdigest()
-        object_key = estate.object_key_for(sha)
-        try:
-            store = await object_store_of(ctx)
-            info = await store.put(object_key, data)
-        except objects.ObjectsError as e:
-            raise _objects_error(e) from None
-        try:
-            res = await est().put_file_row(
+            res = await store_file(
+                self.ctx,
                 key,
                 path,
-                size=info.size,
-                sha256=info.sha256 or sha,
-                object_key=info.key,
+                data,
                 content_type=content_type,
                 if_match=if_match,
                 author=f"operator:{token}",
-                author_kind="operator",
             )
+        except objects.ObjectsError as e:
+            raise _objects_error(e) from None
         except (estate.EstateError, RouterError) as e:
             raise estate_http_error(e) from None
-        return {**{k: v for k, v in res.items() if k != "object"}, "file": res.get("object")}
+        return write_answer(res, "file")
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the project file routes."""
+    r = APIRouter(tags=["files"])
+    read = [Depends(require_grant(ctx.cfg, "state:read"))]
+    write = {"token": Depends(require_grant(ctx.cfg, "work:write"))}
+    h = FileRoutes(ctx)
+    add(r, "/projects/{key}/files", h.list_files, methods=["GET"], dependencies=read)
+    add(
+        r,
+        "/projects/{key}/files/{path:path}",
+        h.download,
+        methods=["GET"],
+        dependencies=read,
+        response_class=StreamingResponse,
+        responses={200: {"description": "The file's bytes, in its content type", "content": _ANY_BYTES}},
+    )
+    add(
+        r,
+        "/projects/{key}/files/{path:path}",
+        h.upload,
+        methods=["PUT"],
+        given=write,
+        status_code=201,
+        openapi_extra={"requestBody": {"required": True, "content": _ANY_BYTES}},
+    )
     return r

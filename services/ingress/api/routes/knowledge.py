@@ -14,20 +14,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared import estate
-from shared.router import EstateRouter, RouterError, router_of
-from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
+from shared.router import EstateRouter
+from shared.runtime import MAX_VERSION, NodeContext, api_error
 
-from .work import estate_http_error, read_level_of
+from ._common import (
+    GRANTED,
+    MAX_OFFSET,
+    EstateResource,
+    add,
+    estate_call,
+    grants,
+    levels,
+    operator,
+    write_answer,
+)
 
-MAX_OFFSET = 1_000_000_000
-"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 400 naming
-``query.offset``, never a 503). ``if_match`` is bounded by :data:`~shared.runtime.MAX_VERSION`."""
-
-__all__ = ["router"]
+__all__ = ["PageUpdate", "PageWrite", "router"]
 
 
 class PageWrite(BaseModel):
@@ -52,103 +57,85 @@ class PageUpdate(BaseModel):
     op_id: str | None = None
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the knowledge routes."""
-    r = APIRouter(tags=["knowledge"])
-    read = Depends(require_grant(ctx.cfg, "state:read"))
-    write = require_grant(ctx.cfg, "knowledge:write")
+class KnowledgeRoutes(EstateResource):
+    """The knowledge base's endpoints over this node's estate router."""
 
-    def est() -> EstateRouter:
-        return router_of(ctx)
-
-    @r.get("/knowledge/search", dependencies=[read])
     async def search(
+        self,
         q: str = Query(""),  # missing, "" and "?!..." are all refused by the estate naming q: one shape
         space: str | None = None,
         limit: int = Query(5, ge=1, le=20),
         min_position: str | None = None,
     ) -> dict[str, Any]:
-        try:
-            res = await est().search_knowledge(q, space=space, limit=limit, min_position=min_position)
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**res["data"], "read": res["meta"]}
+        return await self.read(
+            lambda est: est.search_knowledge(q, space=space, limit=limit, min_position=min_position)
+        )
 
-    @r.get("/knowledge/spaces", dependencies=[read])
-    async def spaces() -> dict[str, Any]:
-        try:
-            res = await est().list_spaces()
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {"spaces": res["data"], "read": res["meta"]}
+    async def spaces(self) -> dict[str, Any]:
+        return await self.read(lambda est: est.list_spaces(), "spaces")
 
-    @r.get("/knowledge/pages", dependencies=[read])
     async def pages(
+        self,
         space: str | None = None,
         limit: int = Query(50, ge=1, le=500),
         offset: int = Query(0, ge=0, le=MAX_OFFSET),
         read_level: str = "stale",
         min_position: str | None = None,
     ) -> dict[str, Any]:
-        try:
-            res = await est().list_pages(
-                space=space,
-                limit=limit,
-                offset=offset,
-                read_level=read_level_of(read_level),
-                min_position=min_position,
+        return await self.read(
+            lambda est: est.list_pages(
+                space=space, limit=limit, offset=offset, **levels(read_level, min_position)
             )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**res["data"], "read": res["meta"]}
+        )
 
-    @r.get("/knowledge/pages/{page_id}", dependencies=[read])
     async def page(
-        page_id: str, read_level: str = "stale", min_position: str | None = None
+        self, page_id: str, read_level: str = "stale", min_position: str | None = None
     ) -> dict[str, Any]:
-        try:
-            res = await est().get_page(
-                page_id=page_id, read_level=read_level_of(read_level), min_position=min_position
-            )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**res["data"], "read": res["meta"]}
+        return await self.read(lambda est: est.get_page(page_id=page_id, **levels(read_level, min_position)))
 
-    @r.post("/knowledge/pages")
-    async def write_page(body: PageWrite, token: str = Depends(write)) -> dict[str, Any]:
-        try:
-            res = await est().write_page(
+    async def write_page(self, body: PageWrite, token: str = GRANTED) -> dict[str, Any]:
+        return await self.write(
+            lambda est: est.write_page(
                 body.space,
                 body.title,
                 body.body,
                 page_id=body.page_id,
                 if_match=body.if_match,
                 op_id=body.op_id,
-                author=f"operator:{token}",
-                author_kind="operator",
-            )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**{k: v for k, v in res.items() if k != "object"}, "page": res.get("object")}
+                **operator(token),
+            ),
+            "page",
+        )
 
-    @r.put("/knowledge/pages/{page_id}")
-    async def update_page(page_id: str, body: PageUpdate, token: str = Depends(write)) -> dict[str, Any]:
-        try:
-            current = (await est().get_page(page_id=page_id))["data"]
-            res = await est().write_page(
+    async def update_page(self, page_id: str, body: PageUpdate, token: str = GRANTED) -> dict[str, Any]:
+        async def rewrite(est: EstateRouter) -> dict[str, Any]:
+            current = (await est.get_page(page_id=page_id))["data"]
+            written: dict[str, Any] = await est.write_page(
                 current["space"],
                 body.title or current["title"],
                 body.body,
                 page_id=page_id,
                 if_match=body.if_match,
                 op_id=body.op_id,
-                author=f"operator:{token}",
-                author_kind="operator",
+                **operator(token),
             )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
+            return written
+
+        res = await estate_call(self.ctx, rewrite)
         if res.get("object") is None and res.get("outcome") != "pending":
             raise api_error(500, "page_missing", "the page write landed but its row could not be read back")
-        return {**{k: v for k, v in res.items() if k != "object"}, "page": res.get("object")}
+        return write_answer(res, "page")
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the knowledge routes."""
+    r = APIRouter(tags=["knowledge"])
+    read, write = grants(ctx, "state:read", "knowledge:write")
+    h = KnowledgeRoutes(ctx)
+    add(r, "/knowledge/search", h.search, methods=["GET"], dependencies=read)
+    add(r, "/knowledge/spaces", h.spaces, methods=["GET"], dependencies=read)
+    add(r, "/knowledge/pages", h.pages, methods=["GET"], dependencies=read)
+    add(r, "/knowledge/pages/{page_id}", h.page, methods=["GET"], dependencies=read)
+    add(r, "/knowledge/pages", h.write_page, methods=["POST"], given=write)
+    add(r, "/knowledge/pages/{page_id}", h.update_page, methods=["PUT"], given=write)
     return r

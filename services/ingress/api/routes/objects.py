@@ -10,55 +10,38 @@ Read from the ``objects`` coordination slot, so any ingress node answers whichev
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Depends
 
-from shared import objects
-from shared.coordination import CoordinationUnavailable
-from shared.runtime import NodeContext, api_error, require_grant
+from shared.runtime import NodeContext, require_grant
+
+from ...objects_view import FINDINGS_KEY, objects_view
+from ._common import add
 
 __all__ = ["FINDINGS_KEY", "router"]
 
-FINDINGS_KEY = "findings"
-"""The slot key the collector writes (``services.workers.objects.FINDINGS_KEY``; roles never import each other)."""
 
+class ObjectRoutes:
+    """The object store view's endpoint."""
 
-def _json(raw: bytes | None) -> Any:
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return {"unreadable": raw.decode(errors="replace")[:200]}
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def objects_status(self) -> dict[str, Any]:
+        """The objects collector's last findings (ES-75, FL-5): the store, the missing files, their count."""
+        return await objects_view(self.ctx)
 
 
 def router(ctx: NodeContext) -> APIRouter:
     """Build the objects route."""
     r = APIRouter(tags=["objects"])
-
-    @r.get("/objects", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def objects_status() -> dict[str, Any]:
-        """The objects collector's last findings (ES-75, FL-5): the store, the missing files, their count."""
-        if ctx.coord is None:
-            raise api_error(503, "objects_slot_unavailable", "the node has no coordination store yet")
-        try:
-            store = await ctx.coord.get("objects", objects.SLOT_KEY)
-            found = await ctx.coord.get("objects", FINDINGS_KEY)
-        except CoordinationUnavailable as e:
-            raise api_error(503, "objects_slot_unavailable", str(e), headers={"Retry-After": "5"}) from None
-        findings = _json(found.value if found is not None else None)
-        missing = (
-            findings.get("missing_count", len(findings.get("missing") or []))
-            if isinstance(findings, dict)
-            else 0
-        )
-        return {
-            "node": ctx.node_id,
-            "store": _json(store.value if store is not None else None),
-            "findings": findings,
-            "missing": missing,
-        }
-
+    h = ObjectRoutes(ctx)
+    add(
+        r,
+        "/objects",
+        h.objects_status,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
     return r

@@ -26,92 +26,37 @@ needs the store. 503 ``not_configured`` before the node has a company.
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo
 
 from fastapi import APIRouter, Depends
 
-from shared.coordination import CoordinationUnavailable
-from shared.runtime import NodeContext, api_error, require_grant
-from shared.schedules import claim_key, fire_label, next_slot, prev_slot, schedules_of
+from shared.runtime import NodeContext, require_grant
+
+from ...schedules import schedules_view
+from ._common import add
 
 __all__ = ["router", "schedules_view"]
 
 
-async def schedules_view(ctx: NodeContext, *, now: datetime | None = None) -> dict[str, Any]:
-    """Return the ``GET /schedules`` body for ``ctx``'s org at ``now`` (aware; default the clock).
+class ScheduleRoutes:
+    """The schedules view's endpoint."""
 
-    Raises:
-        HTTPException: 503 ``not_configured`` when the node has no org yet.
-    """
-    org = ctx.org
-    if org is None:
-        raise api_error(
-            503, "not_configured", "this node has no company applied yet", headers={"Retry-After": "5"}
-        )
-    now = (now or datetime.now(UTC)).astimezone(UTC)
-    coord = ctx.coord
-    readable = coord is not None
-    out: list[dict[str, Any]] = []
-    for ref in schedules_of(org):
-        sched = ref.schedule
-        zone = ZoneInfo(ref.zone)
-        nxt = next_slot(sched.cron, zone, now)
-        last = prev_slot(sched.cron, zone, now)
-        label = fire_label(last, zone) if last is not None else ""
-        seats: dict[str, str | None] = {}
-        for target in ref.targets if last is not None else ():
-            state: str | None = None
-            if readable and coord is not None:
-                try:
-                    entry = await coord.get(
-                        "fires", claim_key(ref.scope_type, ref.scope_id, ref.name, label, target)
-                    )
-                except CoordinationUnavailable:
-                    readable = False
-                    entry = None
-                if entry is not None:
-                    try:
-                        state = str(json.loads(entry.value).get("state", "fired"))
-                    except (ValueError, AttributeError):
-                        state = "fired"  # a claim written before claims carried a state
-            seats[target] = state
-        out.append(
-            {
-                "scope": f"{ref.scope_type}:{ref.scope_id}",
-                "scope_type": ref.scope_type,
-                "scope_id": ref.scope_id,
-                "name": ref.name,
-                "cron": sched.cron,
-                "timezone": ref.zone,
-                "targets": list(ref.targets),
-                "target": getattr(sched, "target", None),
-                "enabled": sched.enabled,
-                "catchup": sched.catchup,
-                "timeout_seconds": sched.timeout_seconds,
-                "next_fire": {"at": nxt.isoformat(), "label": fire_label(nxt, zone)} if nxt else None,
-                "last_slot": {"at": last.isoformat(), "label": label, "seats": seats} if last else None,
-            }
-        )
-    settings = org.company.scheduling
-    return {
-        "asked": ctx.node_id,
-        "now": now.isoformat(),
-        "enabled": settings.enabled,
-        "tick_seconds": settings.tick_seconds,
-        "fires": "ok" if readable else "unavailable",
-        "schedules": out,
-    }
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    async def get_schedules(self) -> dict[str, Any]:
+        return await schedules_view(self.ctx)
 
 
 def router(ctx: NodeContext) -> APIRouter:
     """Build the schedules route (CO-33)."""
     r = APIRouter(tags=["schedules"])
-
-    @r.get("/schedules", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def get_schedules() -> dict[str, Any]:
-        return await schedules_view(ctx)
-
+    h = ScheduleRoutes(ctx)
+    add(
+        r,
+        "/schedules",
+        h.get_schedules,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
     return r

@@ -36,7 +36,27 @@ from shared.secrets import (
     validate_name,
 )
 
+from ._common import GRANTED, add
+
 __all__ = ["router"]
+
+_VALUE_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": 'The value: JSON {"value": "..."} or the raw text/plain body (UTF-8, not empty)',
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"value": {"type": "string", "minLength": 1}},
+                    "required": ["value"],
+                    "additionalProperties": False,
+                }
+            },
+            "text/plain": {"schema": {"type": "string", "minLength": 1}},
+        },
+    }
+}
 
 _log = logs.get("ingress.secrets")
 
@@ -120,31 +140,30 @@ async def _value_of(request: Request) -> str:
         ) from None
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the secret store routes over the node's :class:`~shared.secrets.SecretStore`."""
-    r = APIRouter(tags=["secrets"])
-    read = require_grant(ctx.cfg, "secrets:read")
-    write = require_grant(ctx.cfg, "secrets:write")
+class SecretRoutes:
+    """The secret store's endpoints over the node's :class:`~shared.secrets.SecretStore`."""
 
-    def store() -> SecretStore:
-        s = ctx.extras.get("secret_store")
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
+    def store(self) -> SecretStore:
+        """The node's secret store (``ctx.extras["secret_store"]``); 503 ``not_ready`` before it is open."""
+        s = self.ctx.extras.get("secret_store")
         if not isinstance(s, SecretStore):
             raise api_error(
                 503, "not_ready", "the node's secret store is not open yet", headers={"Retry-After": "5"}
             )
         return s
 
-    @r.get("/secrets")
-    async def list_secrets(token_id: str = Depends(read)) -> dict[str, Any]:
+    async def list_secrets(self, token_id: str = GRANTED) -> dict[str, Any]:
         try:
-            infos = await store().list()
+            infos = await self.store().list()
         except CoordinationUnavailable as e:
             raise _http_error(e) from None
         return {"secrets": [_meta(i) for i in infos]}
 
-    @r.post("/secrets/rekey")
-    async def rekey(token_id: str = Depends(write)) -> dict[str, Any]:
-        s = store()
+    async def rekey(self, token_id: str = GRANTED) -> dict[str, Any]:
+        s = self.store()
         try:
             report = await s.rekey_report()
         except CoordinationUnavailable as e:
@@ -157,26 +176,7 @@ def router(ctx: NodeContext) -> APIRouter:
             "unopenable": report.unopenable,
         }
 
-    value_body = {
-        "requestBody": {
-            "required": True,
-            "description": 'The value: JSON {"value": "..."} or the raw text/plain body (UTF-8, not empty)',
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"value": {"type": "string", "minLength": 1}},
-                        "required": ["value"],
-                        "additionalProperties": False,
-                    }
-                },
-                "text/plain": {"schema": {"type": "string", "minLength": 1}},
-            },
-        }
-    }
-
-    @r.put("/secrets/{name}", openapi_extra=value_body)
-    async def put_secret(name: str, request: Request, token_id: str = Depends(write)) -> dict[str, Any]:
+    async def put_secret(self, name: str, request: Request, token_id: str = GRANTED) -> dict[str, Any]:
         name = _name(name)
         value = await _value_of(request)
         if not value:
@@ -186,7 +186,7 @@ def router(ctx: NodeContext) -> APIRouter:
                 f"{name}: an empty value; to remove a secret use DELETE /secrets/{name} (crewlet secrets unset)",
                 field="value",
             )
-        s = store()
+        s = self.store()
         try:
             await s.set(name, value, by=f"operator:{token_id}")
             info = await s.info(name)
@@ -198,21 +198,19 @@ def router(ctx: NodeContext) -> APIRouter:
             "updated_at": info.updated_at if info is not None else "",
         }
 
-    @r.delete("/secrets/{name}", status_code=204)
-    async def delete_secret(name: str, token_id: str = Depends(write)) -> Response:
+    async def delete_secret(self, name: str, token_id: str = GRANTED) -> Response:
         name = _name(name)
         try:
-            present = await store().unset(name)
+            present = await self.store().unset(name)
         except CoordinationUnavailable as e:
             raise _http_error(e) from None
         if not present:
             raise api_error(404, "unknown_secret", f"no secret named {name}")
         return Response(status_code=204)
 
-    @r.get("/secrets/{name}")
-    async def get_secret(name: str, reveal: bool = False, token_id: str = Depends(read)) -> dict[str, Any]:
+    async def get_secret(self, name: str, reveal: bool = False, token_id: str = GRANTED) -> dict[str, Any]:
         name = _name(name)
-        s = store()
+        s = self.store()
         try:
             info = await s.info(name)
             if info is None:
@@ -228,4 +226,16 @@ def router(ctx: NodeContext) -> APIRouter:
             raise _http_error(e) from None
         return out
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the secret store routes over the node's :class:`~shared.secrets.SecretStore`."""
+    r = APIRouter(tags=["secrets"])
+    read = {"token_id": Depends(require_grant(ctx.cfg, "secrets:read"))}
+    write = {"token_id": Depends(require_grant(ctx.cfg, "secrets:write"))}
+    h = SecretRoutes(ctx)
+    add(r, "/secrets", h.list_secrets, methods=["GET"], given=read)
+    add(r, "/secrets/rekey", h.rekey, methods=["POST"], given=write)
+    add(r, "/secrets/{name}", h.put_secret, methods=["PUT"], given=write, openapi_extra=_VALUE_BODY)
+    add(r, "/secrets/{name}", h.delete_secret, methods=["DELETE"], given=write, status_code=204)
+    add(r, "/secrets/{name}", h.get_secret, methods=["GET"], given=read)
     return r

@@ -21,17 +21,34 @@ from fastapi import APIRouter, Depends, Query
 from shared import history
 from shared.runtime import NodeContext, api_error, require_grant
 
-from ._scatter import scatter
+from ...scatter import Scattered, scatter
+from ._common import add
 
 __all__ = ["router"]
 
 
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the turn-record routes."""
-    r = APIRouter(tags=["turns"])
+def _partial(turn_id: str, got: Scattered) -> Exception:
+    return api_error(
+        503,
+        "history_partial",
+        {
+            "message": f"turn_id: no turn {turn_id!r} on the nodes that answered; "
+            f"{', '.join(sorted(got.coverage.missing + got.coverage.other_version))} "
+            "did not answer (or speak another history version) and may hold it",
+            "coverage": got.coverage_dict(),
+        },
+        headers={"Retry-After": "5"},
+    )
 
-    @r.get("/turns", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
+
+class TurnRoutes:
+    """The turn-record endpoints: scatter reads of every live node's turns (ES-79)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        self.ctx = ctx
+
     async def list_turns(
+        self,
         seat: str | None = None,
         work_item: str | None = None,
         work_key: str | None = None,
@@ -41,42 +58,48 @@ def router(ctx: NodeContext) -> APIRouter:
     ) -> dict[str, Any]:
         filters = {"seat": seat, "work_item": work_item, "work_key": work_key, "outcome": outcome}
         got = await scatter(
-            ctx, "turns", {"filters": {k: v for k, v in filters.items() if v}, "limit": limit, "sort": sort}
+            self.ctx,
+            "turns",
+            {"filters": {k: v for k, v in filters.items() if v}, "limit": limit, "sort": sort},
         )
         rows, _ = history.merge_rows("turns", got.answers, limit=limit, sort=sort)
-        return {"node": ctx.node_id, "turns": rows, "count": len(rows), "coverage": got.coverage_dict()}
+        return {"node": self.ctx.node_id, "turns": rows, "count": len(rows), "coverage": got.coverage_dict()}
 
-    @r.get("/turns/{turn_id}", dependencies=[Depends(require_grant(ctx.cfg, "audit:read"))])
-    async def get_turn(turn_id: str) -> dict[str, Any]:
-        got = await scatter(ctx, "turn", {"turn_id": turn_id})
+    async def get_turn(self, turn_id: str) -> dict[str, Any]:
+        got = await scatter(self.ctx, "turn", {"turn_id": turn_id})
         for node in sorted(got.answers):
             rows = got.answers[node].get("rows") or []
             if rows and isinstance(rows[0], dict):
                 return {**rows[0], "coverage": got.coverage_dict()}
         if got.coverage.missing or got.coverage.other_version:
-            raise api_error(
-                503,
-                "history_partial",
-                {
-                    "message": f"turn_id: no turn {turn_id!r} on the nodes that answered; "
-                    f"{', '.join(sorted(got.coverage.missing + got.coverage.other_version))} "
-                    "did not answer (or speak another history version) and may hold it",
-                    "coverage": got.coverage_dict(),
-                },
-                headers={"Retry-After": "5"},
-            )
-        return _unknown(turn_id, got.coverage.answered)
-
-    def _unknown(turn_id: str, answered: list[str]) -> dict[str, Any]:
+            raise _partial(turn_id, got)
         raise api_error(
             404,
             "unknown_turn",
-            f"turn_id: no turn {turn_id!r} recorded on any live node ({', '.join(sorted(answered))})",
+            f"turn_id: no turn {turn_id!r} recorded on any live node ({', '.join(sorted(got.coverage.answered))})",
         )
 
-    @r.get("/tokens/breakdown", dependencies=[Depends(require_grant(ctx.cfg, "state:read"))])
-    async def tokens(days: int = Query(30, ge=1, le=366)) -> dict[str, Any]:
-        got = await scatter(ctx, "tokens", {"days": days})
-        return {"node": ctx.node_id, **history.merge_tokens(got.answers), "coverage": got.coverage_dict()}
+    async def tokens(self, days: int = Query(30, ge=1, le=366)) -> dict[str, Any]:
+        got = await scatter(self.ctx, "tokens", {"days": days})
+        return {
+            "node": self.ctx.node_id,
+            **history.merge_tokens(got.answers),
+            "coverage": got.coverage_dict(),
+        }
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the turn-record routes."""
+    r = APIRouter(tags=["turns"])
+    h = TurnRoutes(ctx)
+    audit = [Depends(require_grant(ctx.cfg, "audit:read"))]
+    add(r, "/turns", h.list_turns, methods=["GET"], dependencies=audit)
+    add(r, "/turns/{turn_id}", h.get_turn, methods=["GET"], dependencies=audit)
+    add(
+        r,
+        "/tokens/breakdown",
+        h.tokens,
+        methods=["GET"],
+        dependencies=[Depends(require_grant(ctx.cfg, "state:read"))],
+    )
     return r

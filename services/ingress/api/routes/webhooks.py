@@ -22,10 +22,6 @@ Order of checks, so a refused request stores and publishes nothing:
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import re
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -34,103 +30,45 @@ from fastapi.responses import JSONResponse
 from shared import logs, telemetry
 from shared.runtime import NodeContext, api_error
 
-from ...triggers import TriggerPublisher, admit_work, claim_delivery, json_pointer
+from ...signatures import MAX_BODY_BYTES, read_capped, read_signed, signature_ok
+from ...triggers import TriggerPublisher, admit_work, json_pointer
+from ...webhooks import deliver, parse_payload
+from ._common import TAKEN_BEFORE, add
 
 __all__ = ["MAX_BODY_BYTES", "read_capped", "router", "signature_ok"]
 
-MAX_BODY_BYTES = 5 * 1024 * 1024
-"""The largest webhook body accepted, in bytes (CO-9)."""
-
 _log = logs.get("ingress.webhook")
 
-_MAY_HOLD_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
-"""Where a parsed body can get a surrogate code point from: a ``\\uD800``..``\\uDFFF`` escape, or
-the bytes of one (``json.loads`` decodes bytes with ``surrogatepass``). A body without either
-cannot hold a lone surrogate, so the re-encode that detects one is skipped (one pass over the raw
-bytes instead of serialising the whole payload on every delivery)."""
 
+class WebhookRoutes:
+    """The generic signed webhook's endpoint, publishing through the ingress trigger publisher."""
 
-def _may_hold_surrogate(body: bytes) -> bool:
-    """False only for a UTF-8 body with no surrogate escape or bytes (UTF-16/32 bodies: True)."""
-    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
-        return True
-    return _MAY_HOLD_SURROGATE.search(body) is not None
+    def __init__(self, ctx: NodeContext, publisher: TriggerPublisher) -> None:
+        self.ctx = ctx
+        self.publisher = publisher
 
-
-def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
-    """True when ``header`` is ``sha256=`` + hex(HMAC-SHA256(secret, body)), compared in constant time."""
-    if not header or not header.startswith("sha256="):
-        return False
-    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected.encode(), header.strip().lower().encode())
-
-
-async def read_capped(request: Request, limit: int) -> bytes | None:
-    """Return the request body, or None once it is over ``limit`` bytes (declared or read; 413 upstream)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
-    """Build the webhook route over ``ctx`` publishing through ``publisher``."""
-    r = APIRouter(tags=["webhooks"])
-
-    def source_label(kw: dict[str, Any]) -> str:  # FL-6: a closed label set (configured sources)
-        known = ctx.org is not None and ctx.org.webhook(kw["source"]) is not None
+    def source_label(self, kw: dict[str, Any]) -> str:
+        """The ``source`` label of the webhook counter: a closed set, the configured sources (FL-6)."""
+        known = self.ctx.org is not None and self.ctx.org.webhook(kw["source"]) is not None
         return f"webhook:{kw['source'] if known else 'unknown'}"
 
-    @r.post(
-        "/webhooks/inbound/{source}",
-        status_code=202,
-        responses={
-            200: {
-                "description": "Taken before, ignored, or a ping: nothing new published",
-                "content": {"application/json": {"schema": {"type": "object"}}},
-            }
-        },
-    )
-    @telemetry.count_webhook(source_label)
-    async def inbound(source: str, request: Request) -> Any:
+    async def inbound(self, source: str, request: Request) -> Any:
+        ctx = self.ctx
         admit_work(ctx)
         hook = ctx.org.webhook(source)
         if hook is None:
             raise api_error(404, "unknown_source", f"no integrations.webhooks entry has source {source!r}")
-        body = await read_capped(request, MAX_BODY_BYTES)
-        if body is None:
-            raise api_error(413, "body_too_large", f"the body is over {MAX_BODY_BYTES} bytes (5 MiB)")
-        if not hook.secret:
-            raise api_error(
-                503,
-                "webhook_secret_unset",
-                f"integrations.webhooks[{source}].secret is not configured or its variable is unset",
-                headers={"Retry-After": "60"},
-            )
-        if not signature_ok(hook.secret, body, request.headers.get(hook.signature_header)):
-            _log.warning("webhook_signature_rejected", source=source)
-            raise api_error(
-                401, "bad_signature", f"{hook.signature_header} is missing or does not match the body"
-            )
-        try:
-            payload = json.loads(body)
-            if _may_hold_surrogate(body):  # lone surrogates cannot be forwarded
-                json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        except (UnicodeDecodeError, UnicodeEncodeError, ValueError) as e:
-            raise api_error(400, "invalid_json", f"body: not JSON that can be forwarded ({e})") from None
-        except RecursionError:
-            raise api_error(400, "invalid_json", "body: JSON nested too deeply") from None
-        if not isinstance(payload, dict):
-            raise api_error(400, "invalid_json", "body: a JSON object is required")
-        pointer_value = json_pointer(payload, hook.text_pointer)
-        if not isinstance(pointer_value, str) or not pointer_value.strip():
+        body = await read_signed(
+            request,
+            hook.secret,
+            hook.signature_header,
+            secret_name=f"integrations.webhooks[{source}].secret",
+            source=source,
+            log=_log,
+        )
+        payload = parse_payload(body)
+        text = json_pointer(payload, hook.text_pointer)
+        if not isinstance(text, str) or not text.strip():
             # nothing for a seat to work on (GitHub's ping, a push to an issues-only route): say so,
             # claim and publish nothing
             _log.info("webhook_ignored", source=source, pointer=hook.text_pointer)
@@ -144,42 +82,23 @@ def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
         delivery = request.headers.get(hook.delivery_header, "").strip()
         if not delivery:
             raise api_error(400, "missing_delivery_id", f"header {hook.delivery_header} is required")
-        claim = await claim_delivery(
-            ctx, f"webhook.{source}.{hashlib.sha256(delivery.encode()).hexdigest()[:40]}"
+        answer = await deliver(
+            ctx,
+            self.publisher,
+            source=source,
+            seat=seat,
+            text=text,
+            payload=payload,
+            event=request.headers.get("x-github-event", ""),
+            delivery=delivery,
         )
-        if claim.duplicate:
-            _log.info("webhook_duplicate", source=source, delivery=delivery)
-            return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
-        text = pointer_value
-        event = request.headers.get("x-github-event", "")
-        try:
-            published = await publisher.publish(
-                seat,
-                type="external_notification",
-                source=f"webhook:{source}",
-                payload={
-                    "source": f"webhook:{source}",
-                    "text": text,
-                    "body": payload,
-                    "event": event,
-                    "delivery": delivery,
-                },
-                msg_id=f"webhook:{source}:{delivery}",
-            )
-        except Exception:
-            await claim.release(ctx)
-            raise
-        if published.duplicate:  # the claim failed open (FL-33); the inbox stream's window caught it
-            _log.info("webhook_duplicate", source=source, delivery=delivery)
-            return JSONResponse({"status": "duplicate", "delivery": delivery}, status_code=200)
-        _log.info(
-            "webhook_accepted", source=source, seat=seat, delivery=delivery, event_id=published.event_id
-        )
-        return {
-            "status": "accepted",
-            "seat": seat,
-            "event_id": published.event_id,
-            "trace_id": published.trace_id,
-        }
+        return JSONResponse(answer, status_code=200) if answer["status"] == "duplicate" else answer
 
+
+def router(ctx: NodeContext, publisher: TriggerPublisher) -> APIRouter:
+    """Build the webhook route over ``ctx`` publishing through ``publisher``."""
+    r = APIRouter(tags=["webhooks"])
+    h = WebhookRoutes(ctx, publisher)
+    inbound = telemetry.count_webhook(h.source_label)(h.inbound)
+    add(r, "/webhooks/inbound/{source}", inbound, methods=["POST"], status_code=202, responses=TAKEN_BEFORE)
     return r

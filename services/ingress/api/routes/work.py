@@ -12,79 +12,38 @@ basis: a ``POST`` naming a basis an item already has creates nothing and answers
 outcome ``existing`` and that item (a new item answers ``201``). ``GET /work?external=<basis>``
 finds the linked item (``#`` is sent as ``%23``).
 
-:func:`estate_http_error` maps estate and router errors to JSON errors for every estate route:
-404 unknown object, 400 a bad field (named), 409 stale ``if_match`` (with the current version) or
-``op_reused``, 413 too large, 503 refusals, ``unknown`` outcomes and "nobody answered" (listing
-each data node's reply).
+Estate and router errors map to JSON errors as for every estate route
+(:func:`~services.ingress.api.routes._common.estate_http_error`): 404 unknown object, 400 a bad field
+(named), 409 stale ``if_match`` (with the current version) or ``op_reused``, 413 too large, 503
+refusals, ``unknown`` outcomes and "nobody answered" (listing each data node's reply). An operator's
+write wakes the seats it concerns (:mod:`services.ingress.tracker`).
 """
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared import estate, logs, tools
-from shared.bus import BusUnavailable, wake_envelope
-from shared.router import EstateRouter, NobodyAnswered, RouterError, router_of
-from shared.runtime import MAX_VERSION, NodeContext, api_error, require_grant
+from shared.runtime import MAX_VERSION, NodeContext
 
-MAX_OFFSET = 1_000_000_000
-"""The largest ``offset`` a listing accepts (SQLite integers are 64-bit; a bigger one is a 400 naming
-``query.offset``, never a 503). ``if_match`` is bounded by :data:`~shared.runtime.MAX_VERSION`."""
+from ...tracker import wake_assignee, wake_commented
+from ._common import (
+    GRANTED,
+    MAX_OFFSET,
+    EstateResource,
+    add,
+    estate_call,
+    estate_http_error,
+    grants,
+    levels,
+    operator,
+    read_level_of,
+    write_answer,
+)
 
-__all__ = ["estate_http_error", "read_level_of", "router"]
-
-
-def estate_http_error(e: Exception) -> HTTPException:
-    """Return the HTTP error of an estate/router failure (CO-27's ``{"error", "detail"}`` body)."""
-    if isinstance(e, estate.NotFound):
-        return api_error(404, "not_found", {"what": e.what, "key": e.key, "message": str(e)})
-    if isinstance(e, estate.WrongStream):
-        return api_error(400, "wrong_stream", {"field": e.field, "message": e.detail})
-    if isinstance(e, estate.InvalidField):
-        return api_error(400, "invalid", {"field": e.field, "message": e.detail})
-    if isinstance(e, estate.VersionConflict):
-        return api_error(409, "conflict", {"current_version": e.current_version, "message": str(e)})
-    if isinstance(e, estate.OpReused):
-        return api_error(409, "op_reused", {"op_id": e.op_id, "position": e.position, "object": e.object_id})
-    if isinstance(e, estate.TooLarge):
-        return api_error(413, "too_large", {"field": e.field, "limit": e.limit, "size": e.size})
-    if isinstance(e, estate.OutcomeUnknown):
-        return api_error(
-            503,
-            "unknown",
-            {"op_id": e.op_id, "message": str(e), "retry": "repeat the call with the same op_id"},
-        )
-    if isinstance(e, estate.Refused):
-        headers = {"Retry-After": str(max(1, round(e.retry_after)))} if e.retry_after else None
-        return api_error(503, e.refusal, {"node": e.node, "message": str(e)}, headers=headers)
-    if isinstance(e, NobodyAnswered):
-        return api_error(
-            503,
-            "nobody_answered",
-            {
-                "estate": e.estate,
-                "message": str(e),
-                "nodes": [{"node": r.node, "said": r.said, "detail": r.detail} for r in e.replies],
-            },
-        )
-    if isinstance(e, RouterError | estate.EstateError):
-        return api_error(503, "estate_unavailable", str(e))
-    raise e
-
-
-def read_level_of(value: str) -> estate.ReadLevel:
-    """Return ``value`` as a read level; the data node refuses an unknown one naming ``read_level``."""
-    return cast(estate.ReadLevel, value)
-
-
-_log = logs.get("ingress.work")
-
-
-def _author(token_id: str) -> dict[str, str]:
-    return {"author": f"operator:{token_id}", "author_kind": "operator"}
+__all__ = ["CommentCreate", "WorkCreate", "WorkUpdate", "estate_http_error", "read_level_of", "router"]
 
 
 class WorkCreate(BaseModel):
@@ -132,42 +91,11 @@ class CommentCreate(BaseModel):
     op_id: str | None = None
 
 
-def _write_answer(result: dict[str, Any], name: str) -> dict[str, Any]:
-    out = {k: v for k, v in result.items() if k != "object"}
-    out[name] = result.get("object")
-    return out
+class WorkRoutes(EstateResource):
+    """The tracker's endpoints over this node's estate router."""
 
-
-async def _wake(ctx: NodeContext, res: dict[str, Any], before: str | None, writer: str) -> None:
-    """Wake the new assignee when an operator assigns an item to an agent seat (CO-10)."""
-    item = res.get("object") if isinstance(res.get("object"), dict) else None
-    if item is None or ctx.org is None:
-        return
-    assignee, key = item.get("assignee"), item.get("key")
-    seat = ctx.org.seat(assignee) if isinstance(assignee, str) else None
-    bus = ctx.extras.get("bus")
-    if seat is None or seat.kind != "agent" or assignee == before or not isinstance(key, str) or bus is None:
-        return
-    try:
-        await bus.publish_to_seat(
-            assignee, wake_envelope(key, writer), msg_id=f"wake:{key}:{assignee}:{res.get('op_id', '')}"
-        )
-        _log.info("tracker_wake_published", seat=assignee, work_item=key, writer=writer)
-    except BusUnavailable as e:
-        _log.warning("tracker_wake_failed", seat=assignee, work_item=key, error=str(e))
-
-
-def router(ctx: NodeContext) -> APIRouter:
-    """Build the tracker routes over this node's estate router."""
-    r = APIRouter(tags=["work"])
-    read = Depends(require_grant(ctx.cfg, "state:read"))
-    write = require_grant(ctx.cfg, "work:write")
-
-    def est() -> EstateRouter:
-        return router_of(ctx)
-
-    @r.get("/work", dependencies=[read])
     async def list_work(
+        self,
         project: str | None = None,
         status: str | None = None,
         status_group: str | None = None,
@@ -180,8 +108,8 @@ def router(ctx: NodeContext) -> APIRouter:
         read_level: str = "stale",
         min_position: str | None = None,
     ) -> dict[str, Any]:
-        try:
-            res = await est().list_work_items(
+        return await self.read(
+            lambda est: est.list_work_items(
                 project=project,
                 status=status,
                 status_group=status_group,
@@ -191,56 +119,25 @@ def router(ctx: NodeContext) -> APIRouter:
                 external=external,
                 limit=limit,
                 offset=offset,
-                read_level=read_level_of(read_level),
-                min_position=min_position,
+                **levels(read_level, min_position),
             )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**res["data"], "read": res["meta"]}
+        )
 
-    @r.get("/work/catalogue", dependencies=[read])
-    async def catalogue(project: str | None = None) -> dict[str, Any]:
-        try:
-            res = await est().get_work_catalogue(project)
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**res["data"], "read": res["meta"]}
+    async def catalogue(self, project: str | None = None) -> dict[str, Any]:
+        return await self.read(lambda est: est.get_work_catalogue(project))
 
-    @r.get("/projects", dependencies=[read])
-    async def projects() -> dict[str, Any]:
-        try:
-            res = await est().list_projects()
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {"projects": res["data"], "read": res["meta"]}
+    async def projects(self) -> dict[str, Any]:
+        return await self.read(lambda est: est.list_projects(), "projects")
 
-    @r.get("/work/{key}", dependencies=[read])
     async def get_work(
-        key: str, read_level: str = "stale", min_position: str | None = None
+        self, key: str, read_level: str = "stale", min_position: str | None = None
     ) -> dict[str, Any]:
-        try:
-            res = await est().get_work_item(
-                key, read_level=read_level_of(read_level), min_position=min_position
-            )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        return {**res["data"], "read": res["meta"]}
+        return await self.read(lambda est: est.get_work_item(key, **levels(read_level, min_position)))
 
-    @r.post(
-        "/work",
-        status_code=201,
-        responses={
-            200: {
-                "description": "Nothing created: the item for this external basis (outcome existing)",
-                "content": {"application/json": {"schema": {"type": "object"}}},
-            }
-        },
-    )
-    async def create_work(
-        body: WorkCreate, response: Response, token: str = Depends(write)
-    ) -> dict[str, Any]:
-        try:
-            res = await est().create_work_item(
+    async def create_work(self, body: WorkCreate, response: Response, token: str = GRANTED) -> dict[str, Any]:
+        res = await estate_call(
+            self.ctx,
+            lambda est: est.create_work_item(
                 body.project,
                 body.title,
                 type=body.type,
@@ -252,24 +149,25 @@ def router(ctx: NodeContext) -> APIRouter:
                 url=body.url,
                 labels=body.labels,
                 op_id=body.op_id,
-                **_author(token),
-            )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
+                **operator(token),
+            ),
+        )
         if res.get("outcome") == "existing":
             response.status_code = 200  # nothing was created: the item for this basis exists (CO-35)
         else:
-            await _wake(ctx, res, None, f"operator:{token}")
-        return _write_answer(res, "item")
+            await wake_assignee(self.ctx, res, None, f"operator:{token}")
+        return write_answer(res, "item")
 
-    @r.patch("/work/{key}")
-    async def update_work(key: str, body: WorkUpdate, token: str = Depends(write)) -> dict[str, Any]:
+    async def update_work(self, key: str, body: WorkUpdate, token: str = GRANTED) -> dict[str, Any]:
         before: str | None = None
-        try:
-            if body.assignee is not None:
-                current = (await est().get_work_item(key, read_level="linearizable"))["data"]
-                before = current.get("assignee") if isinstance(current, dict) else None
-            res = await est().update_work_item(
+        if body.assignee is not None:
+            current = (
+                await estate_call(self.ctx, lambda est: est.get_work_item(key, read_level="linearizable"))
+            )["data"]
+            before = current.get("assignee") if isinstance(current, dict) else None
+        res = await estate_call(
+            self.ctx,
+            lambda est: est.update_work_item(
                 key,
                 if_match=body.if_match,
                 title=body.title,
@@ -284,33 +182,40 @@ def router(ctx: NodeContext) -> APIRouter:
                 labels=body.labels,
                 url=body.url,
                 op_id=body.op_id,
-                author=f"operator:{token}",
-                author_kind="operator",
-            )
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
+                **operator(token),
+            ),
+        )
         if body.assignee is not None:
-            await _wake(ctx, res, before, f"operator:{token}")
-        return _write_answer(res, "item")
+            await wake_assignee(self.ctx, res, before, f"operator:{token}")
+        return write_answer(res, "item")
 
-    @r.post("/work/{key}/comments", status_code=201)
-    async def comment(key: str, body: CommentCreate, token: str = Depends(write)) -> dict[str, Any]:
-        try:
-            res = await est().comment_on_work_item(key, body.body, op_id=body.op_id, **_author(token))
-        except (estate.EstateError, RouterError) as e:
-            raise estate_http_error(e) from None
-        # CO-41: the assignee, the watchers and the @mentioned agent seats; the operator is no seat
-        posted, bus = res.get("object"), ctx.extras.get("bus")
-        if isinstance(posted, dict) and "body" in posted and bus is not None and ctx.org is not None:
-            try:
-                item = (await est().get_work_item(key, read_level="linearizable"))["data"]
-            except (estate.EstateError, RouterError) as e:
-                _log.warning("comment_wake_failed", work_item=key, error=str(e))
-            else:
-                agents = {s.handle for s in ctx.org.seats}
-                await tools.publish_comment_wakes(
-                    bus, ctx.coord, item, posted, author=f"operator:{token}", agent_seats=agents
-                )
-        return _write_answer(res, "comment")
+    async def comment(self, key: str, body: CommentCreate, token: str = GRANTED) -> dict[str, Any]:
+        res = await estate_call(
+            self.ctx,
+            lambda est: est.comment_on_work_item(key, body.body, op_id=body.op_id, **operator(token)),
+        )
+        await wake_commented(self.ctx, key, res, f"operator:{token}")
+        return write_answer(res, "comment")
 
+
+def router(ctx: NodeContext) -> APIRouter:
+    """Build the tracker routes over this node's estate router."""
+    r = APIRouter(tags=["work"])
+    read, write = grants(ctx, "state:read", "work:write")
+    h = WorkRoutes(ctx)
+    add(r, "/work", h.list_work, methods=["GET"], dependencies=read)
+    add(r, "/work/catalogue", h.catalogue, methods=["GET"], dependencies=read)
+    add(r, "/projects", h.projects, methods=["GET"], dependencies=read)
+    add(r, "/work/{key}", h.get_work, methods=["GET"], dependencies=read)
+    add(r, "/work", h.create_work, methods=["POST"], given=write, status_code=201, responses=_EXISTING)
+    add(r, "/work/{key}", h.update_work, methods=["PATCH"], given=write)
+    add(r, "/work/{key}/comments", h.comment, methods=["POST"], given=write, status_code=201)
     return r
+
+
+_EXISTING: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Nothing created: the item for this external basis (outcome existing)",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}

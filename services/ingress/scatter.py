@@ -1,5 +1,7 @@
 """The ingress side of history scatter reads (ES-79): ask every live node holding the history, at once.
 
+Used by the turn and event routes (``services/ingress/api/routes/turns.py``, ``events.py``).
+
 Turn reads ask every live node (each keeps its own ``node.db`` turns); event reads ask the live data
 nodes (ES-77). "Live" is the presence lease (``shared.leases.fleet_view``). This node answers its own
 share in-process; the others over ``crewlet.history.scatter.<node_id>`` on the node's one connection,
