@@ -42,57 +42,14 @@ import yaml
 from shared.secrets import generate_key_material
 
 from . import fleet_status
+from ._local_settings import SettingError, kept_secret, port_setting
 
-__all__ = ["LocalNode", "main", "node_files", "port_setting"]
+__all__ = ["LocalNode", "SettingError", "main", "node_files", "port_setting"]
 
 REPO = Path(__file__).resolve().parent.parent
 NODES = ("node-1", "node-2", "node-3")
 READY_TIMEOUT = 120.0
 """Seconds to wait for all three nodes to answer ``/ready`` (a first cluster elects in ~10 s)."""
-
-
-class SettingError(ValueError):
-    """A setting (environment variable) is unusable; the message names it."""
-
-
-def port_setting(name: str, default: int, *, span: int = 1) -> int:
-    """Read a base port from environment variable ``name``.
-
-    Args:
-        name: The variable (e.g. ``CREWLET_PORT``).
-        default: The port when the variable is unset or empty.
-        span: How many consecutive ports from it are used (all must be valid ports).
-
-    Returns:
-        The base port, 1..65535 - span + 1.
-
-    Raises:
-        SettingError: not an integer, or out of range (the message names the variable).
-    """
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        port = int(raw)
-    except ValueError:
-        raise SettingError(f"{name}={raw!r} is not a port number (1..65535)") from None
-    if not 1 <= port <= 65535 - span + 1:
-        raise SettingError(f"{name}={port} is out of range: use 1..{65535 - span + 1}")
-    return port
-
-
-def _kept_secret(data_dir: Path, env: str, file: str, make: Any) -> str:
-    """``env``'s value, else the one kept in ``data_dir/file`` (made once, mode 0600)."""
-    value = os.environ.get(env)
-    if value:
-        return value
-    path = data_dir / file
-    if path.is_file():
-        return path.read_text().strip()
-    value = str(make())
-    path.write_text(value + "\n")
-    path.chmod(0o600)
-    return value
 
 
 def node_files(data_dir: Path, api_port: int, route_port: int) -> dict[str, Path]:
@@ -279,21 +236,13 @@ def main() -> int:
         print(f"fleet-local: {e}", file=sys.stderr)
         return 2
     data_dir.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "CREWLET_API_TOKEN": _kept_secret(
-            data_dir, "CREWLET_API_TOKEN", "token", lambda: secrets.token_urlsafe(24)
-        ),
-        "CREWLET_SECRETS_KEY": _kept_secret(
-            data_dir, "CREWLET_SECRETS_KEY", "secrets.key", generate_key_material
-        ),
-        "GITHUB_WEBHOOK_SECRET": _kept_secret(
-            data_dir, "GITHUB_WEBHOOK_SECRET", "github.secret", lambda: secrets.token_hex(16)
-        ),
-        "FORMS_WEBHOOK_SECRET": _kept_secret(
-            data_dir, "FORMS_WEBHOOK_SECRET", "forms.secret", lambda: secrets.token_hex(16)
-        ),
+    kept = {
+        "CREWLET_API_TOKEN": ("token", lambda: secrets.token_urlsafe(24)),
+        "CREWLET_SECRETS_KEY": ("secrets.key", generate_key_material),
+        "GITHUB_WEBHOOK_SECRET": ("github.secret", lambda: secrets.token_hex(16)),
+        "FORMS_WEBHOOK_SECRET": ("forms.secret", lambda: secrets.token_hex(16)),
     }
+    env = {**os.environ, **{k: kept_secret(data_dir, k, f, make)[0] for k, (f, make) in kept.items()}}
     files = node_files(data_dir, api, route)
     nodes = [
         LocalNode(n, f"http://127.0.0.1:{api + i}", data_dir / n / "node.log") for i, n in enumerate(NODES)
