@@ -4,6 +4,8 @@ Commands:
 
 - ``crewlet validate [FILE] [--node F] [--company F] [--json] [--compat]``: exit 0 when valid, 2 with
   one ``file: path: message`` line per error when not (FL-158, CO-1).
+- ``crewlet init [DIR]``: a minimal company of one's own, its offline rules and a node file
+  (:mod:`crewlet.init_cli`).
 - ``crewlet run``: one node, all roles, embedded broker, the example company as a seed (CO-29, CO-4);
   ``--import-company F`` activates a file at boot.
 - ``crewlet node --node F --company F``: any legal role set (``--company`` is a seed, FL-109).
@@ -66,6 +68,7 @@ from . import (
     files_cli,
     fleet_status,
     gate_cli,
+    init_cli,
     knowledge_cli,
     migrate_cli,
     objects_cli,
@@ -85,6 +88,7 @@ app.add_typer(fleet_app, name="fleet")
 fleet_app.add_typer(broker_cli.app, name="broker")
 app.add_typer(knowledge_cli.app, name="knowledge")
 app.add_typer(files_cli.app, name="files")
+app.command("init")(init_cli.init)
 app.add_typer(secrets_cli.app, name="secrets")
 app.add_typer(config_cli.app, name="config")
 app.add_typer(backup_cli.app, name="backup")
