@@ -109,3 +109,7 @@ fleet-status: install ## Print the fleet as the node at CREWLET_URL sees it
 
 .PHONY: all
 all: lint test ## lint + test
+
+.PHONY: fleet-local
+fleet-local: install ## Three clustered nodes on this machine (API ports 8081-8083); Ctrl-C drains them
+	@$(BIN)/python -m crewlet.fleet_local

@@ -4,6 +4,8 @@ Commands:
 
 - ``crewlet validate [FILE] [--node F] [--company F] [--json] [--compat]``: exit 0 when valid, 2 with
   one ``file: path: message`` line per error when not (FL-158, CO-1).
+- ``crewlet init [DIR]``: a minimal company of one's own, its offline rules and a node file
+  (:mod:`crewlet.init_cli`).
 - ``crewlet run``: one node, all roles, embedded broker, the example company as a seed (CO-29, CO-4);
   ``--import-company F`` activates a file at boot.
 - ``crewlet node --node F --company F``: any legal role set (``--company`` is a seed, FL-109).
@@ -15,7 +17,8 @@ Commands:
   running node (CO-4, CO-28, FL-104..FL-109; :mod:`crewlet.config_cli`).
 - ``crewlet secrets set|list|get|unset|keygen|rekey``: the secret store (FL-151, CO-40;
   :mod:`crewlet.secrets_cli`).
-- ``crewlet knowledge import DIR``: publish Markdown pages (:mod:`crewlet.knowledge_cli`).
+- ``crewlet knowledge import DIR``, ``crewlet knowledge search QUERY``: publish Markdown pages, search
+  them (:mod:`crewlet.knowledge_cli`).
 - ``crewlet backup --dir PATH``, ``crewlet backup list|restore-objects``: backups (ES-81..ES-84;
   :mod:`crewlet.backup_cli`).
 - ``crewlet budgets show|reset``: the fleet's shared token budgets (FL-120; :mod:`crewlet.budgets_cli`).
@@ -24,7 +27,8 @@ Commands:
   its reply (CO-8, CO-28; :mod:`crewlet.send_cli`).
 - ``crewlet turns [--seat H] [--limit N]``, ``crewlet turn ID``: turn records (CO-20, CO-28;
   :mod:`crewlet.turns_cli`).
-- ``crewlet work list|show KEY``: the tracker (CO-24; :mod:`crewlet.work_cli`).
+- ``crewlet work list|show KEY|create|comment``: the tracker (CO-24; :mod:`crewlet.work_cli`).
+- ``crewlet files list|put|get``: a project's files (ES-70; :mod:`crewlet.files_cli`).
 - ``crewlet objects status``: the object store and the collector's findings (FL-5, ES-75;
   :mod:`crewlet.objects_cli`).
 - ``crewlet migrate [--check]``: a stopped data node's store brought to this build's schema (CO-28,
@@ -61,8 +65,10 @@ from . import (
     broker_cli,
     budgets_cli,
     config_cli,
+    files_cli,
     fleet_status,
     gate_cli,
+    init_cli,
     knowledge_cli,
     migrate_cli,
     objects_cli,
@@ -81,6 +87,8 @@ fleet_app = typer.Typer(no_args_is_help=True, help="Fleet surfaces.")
 app.add_typer(fleet_app, name="fleet")
 fleet_app.add_typer(broker_cli.app, name="broker")
 app.add_typer(knowledge_cli.app, name="knowledge")
+app.add_typer(files_cli.app, name="files")
+app.command("init")(init_cli.init)
 app.add_typer(secrets_cli.app, name="secrets")
 app.add_typer(config_cli.app, name="config")
 app.add_typer(backup_cli.app, name="backup")

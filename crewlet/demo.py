@@ -9,8 +9,11 @@ same issue (a comment on the same item, which wakes the lead again), and prints 
 the one work item, its assignee and comment thread, the turns with their tokens. Then it keeps the node serving
 at the printed URL with the printed token until Ctrl-C (which drains the node, FL-129).
 
-Environment: ``CREWLET_API_TOKEN`` and ``GITHUB_WEBHOOK_SECRET`` (generated and printed when unset),
-``CREWLET_PORT`` (default 8080), ``CREWLET_DATA_DIR`` (default ``./.crewlet``).
+Environment: ``CREWLET_API_TOKEN`` and ``GITHUB_WEBHOOK_SECRET`` (when unset, made once and kept in
+the data directory, mode 0600, so a restart keeps the token a second shell exported), ``CREWLET_PORT``
+(default 8080; not a port number or out of range: refused by name, exit 2), ``CREWLET_DATA_DIR``
+(default ``./.crewlet``). Ctrl-C says that the node drains and when it stopped; a second Ctrl-C is
+forwarded (the node exits at once, FL-130).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 import httpx
 
 from . import fleet_status
+from ._local_settings import SettingError, kept_secret, port_setting
 
 __all__ = ["main"]
 
@@ -48,12 +52,22 @@ def _port_busy(port: int) -> bool:
     return False
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log_path: Path, timeout: float = 60.0) -> bool:
+def _log_since(log_path: Path, offset: int) -> list[str]:
+    """The lines this run's node wrote to ``log_path`` (from byte ``offset``: an earlier run's lines
+    in the same file are not this node's)."""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace").splitlines()
+
+
+def _wait_ready(
+    proc: subprocess.Popen[bytes], url: str, log_path: Path, offset: int = 0, timeout: float = 60.0
+) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            print(f"the node exited with {proc.returncode}; last log lines:")
-            print("\n".join(log_path.read_text(errors="replace").splitlines()[-20:]))
+            print(f"the node exited with {proc.returncode}; its last log lines:")
+            print("\n".join(_log_since(log_path, offset)[-20:]))
             return False
         try:
             if httpx.get(url + "/ready", timeout=2).status_code == 200:
@@ -153,12 +167,37 @@ def _show_item(client: httpx.Client, key: str, since: float) -> None:
         )
 
 
+def _drained(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the node to exit after a Ctrl-C, saying what happens; return its exit code."""
+    started = time.monotonic()
+    while proc.poll() is None:
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            print(
+                f"  still draining ({time.monotonic() - started:.0f} s): finishing turns in flight",
+                flush=True,
+            )
+        except KeyboardInterrupt:  # pragma: no cover - a signal handler forwards it instead
+            continue
+    print(f"stopped (exit {proc.returncode}) after {time.monotonic() - started:.1f} s", flush=True)
+    return proc.returncode
+
+
 def main() -> int:
     """Run the demo; return the node's exit code."""
-    token = os.environ.get("CREWLET_API_TOKEN") or secrets.token_urlsafe(24)
-    secret = os.environ.get("GITHUB_WEBHOOK_SECRET") or secrets.token_hex(16)
-    port = int(os.environ.get("CREWLET_PORT", "8080"))
-    data_dir = Path(os.environ.get("CREWLET_DATA_DIR", ".crewlet"))
+    data_dir = Path(os.environ.get("CREWLET_DATA_DIR") or ".crewlet")
+    try:
+        port = port_setting("CREWLET_PORT", 8080)
+    except SettingError as e:
+        print(f"make run: {e}", file=sys.stderr)
+        return 2
+    token, token_from = kept_secret(
+        data_dir, "CREWLET_API_TOKEN", "api-token", lambda: secrets.token_urlsafe(24)
+    )
+    secret, _ = kept_secret(
+        data_dir, "GITHUB_WEBHOOK_SECRET", "github-webhook.secret", lambda: secrets.token_hex(16)
+    )
     url = f"http://127.0.0.1:{port}"
     if _port_busy(port):
         print(f"port {port} is already in use (another node?): stop it, or set CREWLET_PORT to a free port")
@@ -167,7 +206,13 @@ def main() -> int:
     crewlet = str(Path(sys.executable).parent / "crewlet")
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "node.log"
+    offset = log_path.stat().st_size if log_path.exists() else 0
     print(f"starting a node with the example company (log: {log_path})", flush=True)
+    if token_from != "env":
+        print(
+            f"(API token {'kept in' if token_from == 'kept' else 'made and kept in'} {data_dir / 'api-token'}; "
+            "set CREWLET_API_TOKEN to use your own)"
+        )
     with open(log_path, "ab") as log:
         # its own session: a terminal's Ctrl-C reaches this script only, which forwards it once
         # (the node reads a second SIGINT as "exit at once", FL-130)
@@ -178,9 +223,20 @@ def main() -> int:
             stderr=log,
             start_new_session=True,
         )
-    signal.signal(signal.SIGINT, lambda *_: proc.send_signal(signal.SIGINT))
-    signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))
-    if not _wait_ready(proc, url, log_path):
+    stopping: list[int] = []
+
+    def forward(sig: int, _frame: Any) -> None:
+        if not stopping:
+            print(
+                "\ndraining: the node finishes its turns and hands its seats back (Ctrl-C again: stop now)",
+                flush=True,
+            )
+        stopping.append(sig)
+        proc.send_signal(sig)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    if not _wait_ready(proc, url, log_path, offset):
         if proc.poll() is None:
             proc.terminate()
         return proc.wait() or 1
@@ -206,7 +262,9 @@ def main() -> int:
     print(f"  CREWLET_URL={url} .venv/bin/crewlet send triage 'What is open?' --wait")
     print(f"  the operator UI: {url}/ui/ (it asks for the token once)")
     print("Press Ctrl-C to drain and stop it.", flush=True)
-    return proc.wait()
+    while proc.poll() is None and not stopping:
+        time.sleep(0.2)
+    return _drained(proc)
 
 
 if __name__ == "__main__":

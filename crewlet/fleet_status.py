@@ -57,6 +57,11 @@ def _print(view: dict[str, Any], out: Console) -> None:
     for col in ("node", "roles", "labels", "broker", "protocol", "posture", "config", "seats", "in flight"):
         nodes.add_column(col)
     errors: list[tuple[str, str]] = []
+    # a node's seat count from the lease table printed below, not its presence row (renewed each
+    # heartbeat, so right after boot it said 0 beside a table listing its four seats; issue 38)
+    held: dict[str, int] = {}
+    for s in view.get("seats") or []:
+        held[str(s.get("node"))] = held.get(str(s.get("node")), 0) + 1
     for n in view.get("nodes", []):
         labels = ",".join(f"{k}={v}" for k, v in sorted((n.get("labels") or {}).items()))
         nodes.add_row(
@@ -67,7 +72,7 @@ def _print(view: dict[str, Any], out: Console) -> None:
             str(n.get("protocol")),
             str(n.get("posture")),
             _config_cell(n),
-            str(n.get("seats_held", "")),
+            str(held.get(str(n["id"]), 0) if view.get("seats") is not None else n.get("seats_held", "")),
             str(n.get("in_flight", "")),
         )
         if n.get("config_error"):

@@ -1,4 +1,10 @@
-"""``crewlet knowledge import DIR --space KEY``: publish a folder of Markdown pages (CO-25).
+"""``crewlet knowledge import DIR --space KEY`` and ``crewlet knowledge search QUERY`` (CO-25).
+
+``search QUERY [--limit N]`` prints ``GET /knowledge/search`` (grant ``state:read``): each hit's
+title, space, page id and snippet, or "no page matched" / "could not be searched" (no data node
+answered), and the answer's sentence when it has one.
+
+``import``: publish a folder of Markdown pages.
 
 Every ``*.md`` under ``DIR`` (recursively, in path order) becomes one page posted through a running
 node's API (``POST /knowledge/pages``, the ``write_page`` semantics: matched by space + title, so a
@@ -36,7 +42,8 @@ import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ._node_api import Need, bad_text, call, clean
+from ._node_api import JsonFlag, Need, Token, Url, bad_text, call, clean
+from ._operator_view import show
 
 __all__ = ["PageFile", "app", "progress_bar", "read_pages"]
 
@@ -263,3 +270,38 @@ def _publish(
 
 if __name__ == "__main__":  # ``python -m crewlet.knowledge_cli import DIR`` until the root CLI mounts it
     app()
+
+
+def _print_hits(view: dict[str, Any], out: Console) -> None:
+    """Print a ``GET /knowledge/search`` answer: each hit's title, space, page id and snippet."""
+    hits = view.get("hits") or []
+    if view.get("sentence"):
+        out.print(str(view["sentence"]), markup=False)
+    if not hits:
+        out.print("no page matched" if view.get("searched", True) else "could not be searched", markup=False)
+    for i, h in enumerate(hits, 1):
+        out.print(f"{i}. {h.get('title')}  [{h.get('space')} {h.get('page_id')}]", markup=False)
+        if h.get("snippet"):
+            out.print(f"   {clean(str(h['snippet']), one_line=True)}", markup=False)
+
+
+@app.command("search")
+def search_cmd(
+    query: Annotated[str, typer.Argument(help="What to look for (words or a phrase)")],
+    limit: Annotated[int, typer.Option("--limit", min=1, max=20, help="At most this many hits (1..20)")] = 5,
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Search the knowledge base (``GET /knowledge/search``, grant ``state:read``): ranked hits."""
+    show(
+        url,
+        token,
+        "/knowledge/search",
+        query={"q": query, "limit": limit},
+        names={"q": "query"},
+        need={"hits": list},
+        as_json=as_json,
+        printer=_print_hits,
+        timeout=30.0,
+    )

@@ -40,6 +40,19 @@ def _when(ts: Any) -> str:
     return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _decision(ph: dict[str, Any]) -> str:
+    """`` decision D`` for a review phase, with why when the engine overturned the reviewer's
+    ``done`` (its notes start "Nothing reached the asker"): the reviewer's own call below reads
+    ``done``, so the phase line says both (issue 38)."""
+    decision = ph.get("decision")
+    if not decision:
+        return ""
+    notes = str(ph.get("notes") or "")
+    if decision == "self_iterate" and notes.startswith("Nothing reached the asker"):
+        return f"  decision self_iterate (the reviewer said done; overturned: {notes.split(':')[0]})"
+    return f"  decision {decision}"
+
+
 def _secs(value: Any) -> str:
     return f"{float(value):.2f} s" if isinstance(value, int | float) else "-"
 
@@ -129,7 +142,7 @@ def print_turn(view: dict[str, Any], out: Console) -> None:
             f"{name} #{it}  rounds {ph.get('rounds', '?')}  tokens "
             f"{_tokens(ph.get('input_tokens'), ph.get('output_tokens'))}  {_secs(ph.get('duration_seconds'))}"
             + (f"  failed: {ph.get('error')}" if ph.get("failed") else "")
-            + (f"  decision {ph['decision']}" if ph.get("decision") else "")
+            + _decision(ph)
         )
         for rd in rounds:
             if where(rd) != (name, it) and name != "turn":

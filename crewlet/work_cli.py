@@ -5,6 +5,11 @@
   status, priority, assignee, title, updated (UTC, RFC 3339).
 - ``crewlet work show KEY [--json]`` prints ``GET /work/{key}``: the item's fields, its body and its
   comments (author, instant, text).
+- ``crewlet work create PROJECT TITLE [--body] [--type] [--priority] [--assignee] [--label ...]``
+  posts ``POST /work`` (grant ``work:write``; the item is authored ``operator:<token id>``, an
+  assignee seat is woken) and prints ``KEY created: TITLE (assignee H)``.
+- ``crewlet work comment KEY TEXT`` posts ``POST /work/{key}/comments`` (the assignee, watchers and
+  @mentioned seats are woken, CO-41).
 
 Reads are ``stale`` (the serving node's copy; its lag is shown when not zero). The URL and token
 default to ``CREWLET_URL`` and ``CREWLET_API_TOKEN``; a stopped node fails naming the URL (FL-40).
@@ -14,18 +19,19 @@ Exit codes: 0 shown; 1 unreachable or 503; 2 refused (unknown key 404, bad token
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ._node_api import JsonFlag, Token, Url
-from ._operator_view import show
+from ._node_api import JsonFlag, Token, Url, call, clean_view
+from ._operator_view import err_console, plain_console, show
 
 __all__ = ["app"]
 
-app = typer.Typer(no_args_is_help=True, help="The tracker's work items: list them, show one (CO-24).")
+app = typer.Typer(no_args_is_help=True, help="The tracker's work items: list, show, create, comment (CO-24).")
 
 TIMEOUT = 15.0
 """Seconds the command waits for the node."""
@@ -148,3 +154,55 @@ def show_cmd(
         printer=print_item,
         timeout=TIMEOUT,
     )
+
+
+def _write(
+    path: str, body: dict[str, Any], url: str, token: str, as_json: bool, what: str, **kw: Any
+) -> None:
+    """POST ``body`` to ``path``; print the written object's key line (or the JSON); exit like ``call``."""
+    out, err = plain_console(), err_console()
+    code, answer = call("POST", url, token, path, timeout=TIMEOUT, out=err, body=body, **kw)
+    if code != 0:
+        raise typer.Exit(code)
+    if as_json:
+        out.print_json(json.dumps(answer))
+        return
+    obj = clean_view(answer.get(what) if isinstance(answer, dict) else None) or {}
+    outcome = answer.get("outcome", "applied") if isinstance(answer, dict) else "applied"
+    if what == "item":
+        out.print(f"{obj.get('key')} {outcome}: {obj.get('title')} (assignee {obj.get('assignee') or '-'})")
+    else:
+        out.print(f"comment {outcome} on {kw.get('parts', {}).get('key')} by {obj.get('author', '?')}")
+
+
+@app.command("create")
+def create_cmd(
+    project: Annotated[str, typer.Argument(help="The project's key, e.g. SUP")],
+    title: Annotated[str, typer.Argument(help="The item's title")],
+    body: Annotated[str, typer.Option("--body", help="The item's description")] = "",
+    item_type: Annotated[str, typer.Option("--type", help="task, bug, story, ...")] = "task",
+    priority: Annotated[str | None, typer.Option("--priority", help="e.g. high")] = None,
+    assignee: Annotated[str | None, typer.Option("--assignee", help="A seat handle; wakes it")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", help="A label (repeat for more)")] = None,
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Create a work item (``POST /work``, grant ``work:write``); an assignee seat is woken (CO-24)."""
+    doc: dict[str, Any] = {"project": project, "title": title, "type": item_type, "body": body}
+    for name, value in (("priority", priority), ("assignee", assignee), ("labels", label)):
+        if value:
+            doc[name] = value
+    _write("/work", doc, url, token, as_json, "item", names={"type": "--type", "labels": "--label"})
+
+
+@app.command("comment")
+def comment_cmd(
+    key: Annotated[str, typer.Argument(help="The item's key, e.g. SUP-1")],
+    text: Annotated[str, typer.Argument(help="The comment")],
+    url: Url = "http://127.0.0.1:8080",
+    token: Token = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Comment on a work item (``POST /work/{key}/comments``); its assignee and watchers are woken."""
+    _write("/work/{key}/comments", {"body": text}, url, token, as_json, "comment", parts={"key": key})

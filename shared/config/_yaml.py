@@ -14,7 +14,28 @@ import yaml
 
 from ._issues import ConfigInvalid, Issue
 
-__all__ = ["read_yaml_mapping"]
+__all__ = ["MAX_DEPTH", "read_yaml_mapping", "too_deep"]
+
+MAX_DEPTH = 64
+"""The deepest nesting a config document may have (ours, issue 38: no real document nears it, and a
+500-deep list ended every walk over the document in a ``RecursionError`` traceback)."""
+
+
+def too_deep(data: Any, limit: int = MAX_DEPTH) -> str | None:
+    """Return the dotted path of the first place ``data`` nests deeper than ``limit`` levels, else None.
+
+    Iterative (a recursive walk would itself overflow on the input it guards against).
+    """
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > limit:
+            return (path if len(path) <= 80 else path[:60] + "...") or "(top)"
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+    return None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -72,6 +93,15 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
         ) from None
     except yaml.YAMLError as e:
         raise ConfigInvalid([Issue(name, "", "invalid", f"YAML error: {e}")]) from None
+    except RecursionError:  # the parser recurses per level: a list nested ~1 000 deep ends here
+        raise ConfigInvalid(
+            [Issue(name, "", "invalid", f"nested too deeply (more than {MAX_DEPTH} levels)")]
+        ) from None
+    deep = too_deep(data)
+    if deep is not None:
+        raise ConfigInvalid(
+            [Issue(name, deep, "invalid", f"nested too deeply (more than {MAX_DEPTH} levels)")]
+        )
     if data is None:
         raise ConfigInvalid([Issue(name, "", "missing", "file is empty (only comments, no document)")])
     if not isinstance(data, dict):
