@@ -184,6 +184,30 @@ def _drained(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
+def _show_main_job(url: str, token: str, secret: str) -> None:
+    """The main job through the API: knowledge, GitHub's issue and comment, the work item, the fleet."""
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        _import_knowledge(client)
+        since = time.time()
+        opened = _post_github(client, secret, "issues.opened")
+        key = ((opened or {}).get("linked") or {}).get("work_item")
+        if opened is not None and key:
+            _wait_turns(client, ["triage", "lead"], since)  # triage assigns it; the lead takes it
+            # a follow-up comment on the same GitHub issue: a comment on the same work item, which
+            # wakes its assignee; no new item, no triage turn (CO-35, CO-41)
+            if _post_github(client, secret, "issue_comment.created") is not None:
+                _wait_turns(client, ["triage", "lead", "lead"], since)
+            _show_item(client, str(key), since)
+    print()
+    fleet_status.show(url, token)
+    print(f"\nThe node keeps serving at {url}")
+    print(f"  export CREWLET_API_TOKEN={token}")
+    print(f"  export GITHUB_WEBHOOK_SECRET={secret}")
+    print(f'  curl -H "Authorization: Bearer $CREWLET_API_TOKEN" {url}/turns')
+    print(f"  CREWLET_URL={url} .venv/bin/crewlet send triage 'What is open?' --wait")
+    print(f"  the operator UI: {url}/ui/ (it asks for the token once)")
+
+
 def main() -> int:
     """Run the demo; return the node's exit code."""
     data_dir = Path(os.environ.get("CREWLET_DATA_DIR") or ".crewlet")
@@ -241,26 +265,7 @@ def main() -> int:
             proc.terminate()
         return proc.wait() or 1
     print(f"node ready at {url}")
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
-        _import_knowledge(client)
-        since = time.time()
-        opened = _post_github(client, secret, "issues.opened")
-        key = ((opened or {}).get("linked") or {}).get("work_item")
-        if opened is not None and key:
-            _wait_turns(client, ["triage", "lead"], since)  # triage assigns it; the lead takes it
-            # a follow-up comment on the same GitHub issue: a comment on the same work item, which
-            # wakes its assignee; no new item, no triage turn (CO-35, CO-41)
-            if _post_github(client, secret, "issue_comment.created") is not None:
-                _wait_turns(client, ["triage", "lead", "lead"], since)
-            _show_item(client, str(key), since)
-    print()
-    fleet_status.show(url, token)
-    print(f"\nThe node keeps serving at {url}")
-    print(f"  export CREWLET_API_TOKEN={token}")
-    print(f"  export GITHUB_WEBHOOK_SECRET={secret}")
-    print(f'  curl -H "Authorization: Bearer $CREWLET_API_TOKEN" {url}/turns')
-    print(f"  CREWLET_URL={url} .venv/bin/crewlet send triage 'What is open?' --wait")
-    print(f"  the operator UI: {url}/ui/ (it asks for the token once)")
+    _show_main_job(url, token, secret)
     print("Press Ctrl-C to drain and stop it.", flush=True)
     while proc.poll() is None and not stopping:
         time.sleep(0.2)
