@@ -2,23 +2,31 @@
 
 FastAPI's default ``/docs`` and ``/redoc`` load Swagger UI and ReDoc from a CDN, so they are blank
 without internet. :func:`mount_offline_docs` serves both pages with their scripts and styles from
-the ``fastapi-offline`` wheel's ``static/`` folder at ``/docs-static/`` (FastAPI's "self-hosting
-JavaScript and CSS for docs" recipe); the app must be built with ``docs_url=None, redoc_url=None``.
+the ``fastapi-offline`` wheel's ``static/`` folder at ``/docs-static/{name}`` (FastAPI's
+"self-hosting JavaScript and CSS for docs" recipe; only the four asset names are served), and
+``/docs/oauth2-redirect`` as FastAPI's default does; the app must be built with ``docs_url=None,
+redoc_url=None``.
 """
 
 from __future__ import annotations
 
 from importlib.resources import files
 
-from fastapi import FastAPI
-from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from starlette.responses import HTMLResponse
-from starlette.staticfiles import StaticFiles
+from fastapi import FastAPI, HTTPException
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from starlette.responses import FileResponse, HTMLResponse
 
 __all__ = ["STATIC_PATH", "mount_offline_docs"]
 
 STATIC_PATH = "/docs-static"
 """Where the Swagger UI and ReDoc assets are served."""
+ASSETS = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "redoc.standalone.js": "text/javascript",
+    "favicon.png": "image/png",
+}
+"""The asset files served (name → content type); any other name is 404."""
 
 
 def mount_offline_docs(app: FastAPI) -> None:
@@ -32,8 +40,17 @@ def mount_offline_docs(app: FastAPI) -> None:
         RuntimeError: ``fastapi-offline`` (a dependency of crewlet) is not installed.
     """
     static = files("fastapi_offline") / "static"
-    app.mount(STATIC_PATH, StaticFiles(directory=str(static)), name="docs-static")
     title = app.title
+
+    @app.get(STATIC_PATH + "/{name}", include_in_schema=False)
+    async def asset(name: str) -> FileResponse:
+        if name not in ASSETS:
+            raise HTTPException(404, {"error": "not_found", "detail": f"no docs asset {name!r}"})
+        return FileResponse(str(static / name), media_type=ASSETS[name])
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def oauth2_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
 
     @app.get("/docs", include_in_schema=False)
     async def swagger() -> HTMLResponse:
@@ -43,6 +60,7 @@ def mount_offline_docs(app: FastAPI) -> None:
             swagger_js_url=f"{STATIC_PATH}/swagger-ui-bundle.js",
             swagger_css_url=f"{STATIC_PATH}/swagger-ui.css",
             swagger_favicon_url=f"{STATIC_PATH}/favicon.png",
+            oauth2_redirect_url="/docs/oauth2-redirect",
         )
 
     @app.get("/redoc", include_in_schema=False)

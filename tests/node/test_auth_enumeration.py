@@ -64,6 +64,7 @@ DECISIONS: dict[tuple[str, str], Decision] = {
     ("GET", "/docs"): _DOCS,
     ("GET", "/docs/oauth2-redirect"): _DOCS,
     ("GET", "/redoc"): _DOCS,
+    ("GET", "/docs-static/{name}"): _DOCS,
     ("GET", "/metrics"): Open(
         "Prometheus scrapes every node without a token (issue 15): counters, no content"
     ),
@@ -202,6 +203,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
 def _url(path: str) -> str:
     if path == "/ui/static/{name}":
         return "/ui/static/app.js"
+    if path == "/docs-static/{name}":
+        return "/docs-static/swagger-ui.css"
     return re.sub(r"\{([^}]+)\}", lambda m: FILL.get(m.group(1), "X1"), path)
 
 

@@ -28,3 +28,12 @@ def test_docs_pages_load_only_local_assets() -> None:
                 got = client.get(u)
                 assert got.status_code == 200 and len(got.content) > 1000, u
     assert "SwaggerUIBundle" in client.get("/docs-static/swagger-ui-bundle.js").text[:5_000_000]
+
+
+def test_only_the_named_assets_are_served() -> None:
+    app = FastAPI(title="t", docs_url=None, redoc_url=None)
+    mount_offline_docs(app)
+    client = TestClient(app)
+    assert client.get("/docs-static/METADATA").status_code == 404
+    assert client.get("/docs-static/..%2F__init__.py").status_code == 404
+    assert client.get("/docs/oauth2-redirect").status_code == 200
