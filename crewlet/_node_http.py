@@ -21,6 +21,7 @@ from shared import logs, telemetry
 from shared.runtime import NodeContext, RoleService, install_error_handlers, probes_router
 
 from ._fleet_metrics import FleetCollector
+from ._offline_docs import mount_offline_docs
 
 __all__ = ["RETRY_AFTER_SECONDS", "DrainGate", "QuietServer", "build_app", "listen", "port_free"]
 
@@ -92,7 +93,8 @@ def port_free(host: str, port: int) -> bool:
 def build_app(ctx: NodeContext, roles: list[RoleService]) -> FastAPI:
     """Mount the probes and ``/metrics`` on every node and the roles' routers (only ``ingress`` has
     API routes, FL-16)."""
-    app = FastAPI(title=f"crewlet node {ctx.node_id}", version="0.1.0")
+    app = FastAPI(title=f"crewlet node {ctx.node_id}", version="0.1.0", docs_url=None, redoc_url=None)
+    mount_offline_docs(app)  # Swagger UI and ReDoc from the package, no CDN (issue 38)
     install_error_handlers(app, tokens=tuple(t.token for t in ctx.cfg.api.auth.tokens))
     app.include_router(probes_router(ctx))
     for role in roles:
