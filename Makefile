@@ -68,7 +68,9 @@ $(COMPOSE_STAMP): pyproject.toml $(STAMP)
 .PHONY: wheelhouse
 wheelhouse: install ## Build crewlet's wheel and every dependency's into wheelhouse/ (the Dockerfile installs from it, no network)
 	@rm -f wheelhouse/*.whl
-	$(BIN)/python -m pip wheel -q . -w wheelhouse
+	@echo "pip wheel . -w wheelhouse"
+	@set -o pipefail; $(BIN)/python -m pip wheel -q . -w wheelhouse 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+	@ls wheelhouse/*.whl | wc -l | xargs echo "wheels in wheelhouse/:"
 
 .PHONY: compose-deps
 compose-deps: $(COMPOSE_STAMP) ## Debian's podman, runc and mmdebstrap (apt-get as root when missing) and podman-compose
