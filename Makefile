@@ -68,8 +68,9 @@ $(COMPOSE_STAMP): pyproject.toml $(STAMP)
 .PHONY: wheelhouse
 wheelhouse: install ## Build crewlet's wheel and every dependency's into wheelhouse/ (the Dockerfile installs from it, no network)
 	@rm -f wheelhouse/*.whl
-	@echo "pip wheel . -w wheelhouse"
-	@set -o pipefail; $(BIN)/python -m pip wheel -q . -w wheelhouse 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+	@echo "pip wheel . -w wheelhouse"  # SOURCE_DATE_EPOCH: one commit, one wheel (image layers reused)
+	@set -o pipefail; SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 315532800) \
+	  $(BIN)/python -m pip wheel -q . -w wheelhouse 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 	@ls wheelhouse/*.whl | wc -l | xargs echo "wheels in wheelhouse/:"
 
 .PHONY: compose-deps

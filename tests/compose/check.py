@@ -280,18 +280,28 @@ class Fleet:
             (OUT / f"{service}.log").write_text(self.logs(service))
 
     def down(self) -> None:
-        """Stop the nodes (drain, in parallel), then ``down -v``: no container, volume or network
-        of the project is left."""
-        if not self.containers():
+        """Stop the crewlet services first (a drain each, in parallel: podman-compose's ``down``
+        stops every container at once, where Docker Compose stops dependents before what they
+        depend on), then ``down -v``: no container, volume or network of the project is left."""
+        got = self.containers()
+        if not got:
             return
         self.save_logs()
         t = time.monotonic()
-        self.compose("down", "-v", "-t", "60", check=False)
+        nodes = [
+            c["Names"][0]
+            for s, c in got.items()
+            if c["Image"].endswith("crewlet:local") and c["State"] == "running"
+        ]
+        if nodes:
+            run("podman", "stop", "-t", "60", *nodes, check=False, timeout=120)
+            log(f"stopped {len(nodes)} crewlet containers (SIGTERM, drain) in {time.monotonic() - t:.0f} s")
+        self.compose("down", "-v", "-t", "10", check=False)
         left = self.containers()
         if left:  # a crashed compose run can leave containers behind: remove them by name
             run("podman", "rm", "-f", "-v", *(c["Names"][0] for c in left.values()), check=False)
         run("podman", "network", "rm", "-f", f"{PROJECT}_default", check=False, quiet=True)
-        log(f"down -v in {time.monotonic() - t:.0f} s; logs in {OUT.relative_to(REPO)}/")
+        log(f"down -v in {time.monotonic() - t:.0f} s; container logs in {OUT.relative_to(REPO)}/")
 
 
 def _yaml_to_json(text: str) -> str:
