@@ -58,6 +58,39 @@ e2e-deps: $(E2E_STAMP) ## Debian's chromium and prometheus (apt-get as root when
 e2e: e2e-deps ## Checks that need Debian packages: a real Prometheus and a headless Chromium against real fleets
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -p no:cacheprovider --durations=20 tests/e2e $(ARGS)
 
+COMPOSE_STAMP := $(VENV)/.installed-compose
+COMPOSE_DEBS := podman runc mmdebstrap
+
+$(COMPOSE_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,compose]'
+	@touch $(COMPOSE_STAMP)
+
+.PHONY: wheelhouse
+wheelhouse: install ## Build crewlet's wheel and every dependency's into wheelhouse/ (the Dockerfile installs from it, no network)
+	@rm -f wheelhouse/*.whl
+	@echo "pip wheel . -w wheelhouse"  # SOURCE_DATE_EPOCH: one commit, one wheel (image layers reused)
+	@set -o pipefail; SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 315532800) \
+	  $(BIN)/python -m pip wheel -q . -w wheelhouse 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+	@ls wheelhouse/*.whl | wc -l | xargs echo "wheels in wheelhouse/:"
+
+.PHONY: compose-deps
+compose-deps: $(COMPOSE_STAMP) ## Debian's podman, runc and mmdebstrap (apt-get as root when missing) and podman-compose
+	@missing=""; for d in $(COMPOSE_DEBS); do command -v $$d >/dev/null || missing="$$missing $$d"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian packages:$$missing"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q $$missing >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q $$missing >/dev/null; } \
+	      || { echo "make compose-check needs the Debian packages:$$missing (apt-get install failed)"; exit 1; }; \
+	  else \
+	    echo "make compose-check needs the Debian packages:$$missing — install them as root: apt-get install$$missing"; exit 1; \
+	  fi; \
+	fi
+
+.PHONY: compose-check
+compose-check: compose-deps wheelhouse ## compose.yaml in real containers (podman): images built here, the main job, a drain and a kill -9 (tests/compose/check.py)
+	$(BIN)/python -m tests.compose.check
+
 .PHONY: chaos
 chaos: install ## Seeded fault run on a real fleet (3 members, 3 nodes, a satellite) with invariants (ARGS="--rounds N --seed S --minutes M"; default 3 rounds)
 	@ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || { \
