@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.bus import Mailbox, _verdicts
-from shared.leases import SeatHost
+from shared.leases import SeatHost, _host_state
 
 PATHS: list[Callable[..., Any]] = [
     Mailbox.detach,
@@ -27,7 +27,7 @@ PATHS: list[Callable[..., Any]] = [
     SeatHost.release,
     SeatHost._lose,  # noqa: SLF001
     SeatHost._teardown,  # noqa: SLF001
-    SeatHost._tend_undead,  # noqa: SLF001
+    _host_state.tend_undead,
     SeatHost.stop,
 ]
 
