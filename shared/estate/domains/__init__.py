@@ -53,7 +53,7 @@ DOMAINS = LOGS
 
 for _d in REGISTERED:
     if _d.stream:
-        register_log(_d.log, _d.stream)
+        register_log(_d.log, _d.stream, compacted=_d.compacted, subjects=_d.subjects)
     declare_ddl(*_d.ddl)
 
 FTS_DDL: tuple[str, ...] = tuple(s for d in REGISTERED for s in d.ddl)

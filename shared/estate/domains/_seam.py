@@ -98,6 +98,9 @@ class EstateDomain:
         backup_objects: A query the backup runs on the copied file naming object-store objects its
             rows reference, yielding ``(object_key, sha256, size, path, version, owner)`` rows;
             empty when its rows name none.
+        compacted: Its own log keeps one message per subject (AG-1, ES-69): writers publish whole
+            object states, the applier tolerates gaps, catch-up never finds the copy below it.
+        subjects: Subject filters its own stream carries besides ``crewlet.statelog.<log>.>``.
     """
 
     name: str
@@ -110,6 +113,8 @@ class EstateDomain:
     stream: str = ""
     corpus: str = ""
     backup_objects: str = ""
+    compacted: bool = False
+    subjects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if "gate" in self.apply:

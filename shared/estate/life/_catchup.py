@@ -142,6 +142,8 @@ class CatchUp:
         """Domain → the log's first sequence, for every copy whose next record is gone from its log."""
         out: dict[str, int] = {}
         for domain, a in self.appliers.items():
+            if a.compacted:  # a compacted log's vanished sequences were superseded (AG-1)
+                continue
             if heads is not None and domain in heads:
                 first = heads[domain][0]
             else:

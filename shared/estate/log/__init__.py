@@ -14,11 +14,13 @@ from ._decide import DecideCtx, Decision, Rules, ViewFn, anchor_of, derived_id, 
 from ._gates import evicted_since, eviction_grace, gate_record, gate_subject, gates_of
 from ._ids import (
     BUCKETS,
+    COMPACTED,
     GENERATION,
     STREAMS,
     Domain,
     Position,
     derive_op_id,
+    is_compacted,
     mint_op_id,
     object_subject,
     op_id_instant,
@@ -33,6 +35,7 @@ from ._writer import Writer
 
 __all__ = [
     "BUCKETS",
+    "COMPACTED",
     "GENERATION",
     "HEARTBEAT",
     "LAGGING_RECORDS",
@@ -59,6 +62,7 @@ __all__ = [
     "Writer",
     "anchor_of",
     "derive_op_id",
+    "is_compacted",
     "derived_id",
     "evicted_since",
     "eviction_grace",

@@ -42,7 +42,7 @@ from .._tasks import stop_task
 from ..store._store import EstateStore
 from ._batch import ApplyFn, ApplyOutcome, FailingRun, apply_batch
 from ._consumer import consumer_config, consumer_drift, consumer_name, log_mismatch
-from ._ids import STREAMS
+from ._ids import STREAMS, is_compacted
 from ._record import Record
 
 __all__ = ["LAGGING_RECORDS", "STALL_AFTER", "ApplyOutcome", "ApplyFn", "Applier", "CopyState"]
@@ -77,6 +77,8 @@ class Applier:
         log_last: The highest sequence known to be on the log.
         drained: True once the applier reached the log's end since start (ES-39).
         faulted: True past the retry budget (ES-20) or after a stop for a reason retrying cannot fix.
+        compacted: The log keeps one message per subject (AG-1): a gap in the sequence is a
+            superseded record, never a copy below its log.
         fault: Fault-injection seam: when set, called in the writer thread before each batch;
             raising makes the batch fail (ES-20 tests).
     """
@@ -95,6 +97,7 @@ class Applier:
     ) -> None:
         self.domain = domain
         self.stream = STREAMS[domain]
+        self.compacted = is_compacted(domain)
         self._js = js
         self._store = store
         self._node = node_id
@@ -408,7 +411,7 @@ class Applier:
             self.log_last = max(self.log_last, seq + int(md.num_pending or 0))
             if seq <= self.applied:
                 continue  # a redelivery of something the checkpoint covers
-            if seq > expect and not items and await self._below_log():
+            if seq > expect and not items and not self.compacted and await self._below_log():
                 return
             expect = seq + 1
             try:

@@ -37,11 +37,14 @@ __all__ = [
     "register_log",
     "op_id_instant",
     "search_bucket",
+    "COMPACTED",
+    "is_compacted",
     "stream_subjects",
+    "stream_subject_filters",
     "validate_op_id",
 ]
 
-Domain = Literal["tracker", "pages"]
+Domain = Literal["tracker", "pages", "memory", "usage"]
 STREAMS: dict[str, str] = {
     "tracker": "CREWLET_TRACKER_LOG",
     "pages": "CREWLET_PAGES_LOG",
@@ -52,8 +55,23 @@ STREAMS: dict[str, str] = {
 declares its stream and the domain registry adds it here (:func:`register_log`)."""
 
 
-def register_log(log: str, stream: str) -> None:
+COMPACTED: set[str] = {"vectors", "usage"}
+"""Logs whose stream keeps one message per subject (``max_msgs_per_subject = 1``): the newest record
+of a subject is the object's whole state, older ones go (ES-68, ES-69, AG-1). Their appliers accept
+gaps in the sequence and never find a copy below the log (a vanished sequence was superseded)."""
+
+_EXTRA_SUBJECTS: dict[str, tuple[str, ...]] = {}
+
+
+def register_log(log: str, stream: str, *, compacted: bool = False, subjects: tuple[str, ...] = ()) -> None:
     """Add a log's stream to :data:`STREAMS` (the domain registry, for a domain owning a new log).
+
+    Args:
+        log: The log's name (the domain's).
+        stream: Its JetStream stream.
+        compacted: One message per subject (:data:`COMPACTED`).
+        subjects: Subject filters the stream carries besides ``crewlet.statelog.<log>.>`` (AG-1's
+            ``crewlet.memory.>``); barrier and gate records stay on the statelog subjects.
 
     Raises:
         ValueError: ``log`` is already the log of another stream, or ``stream`` of another log.
@@ -62,6 +80,15 @@ def register_log(log: str, stream: str) -> None:
     if STREAMS.get(log, stream) != stream or owner not in (None, log):
         raise ValueError(f"log {log!r} cannot be stream {stream!r}: §0 names {STREAMS.get(log)!r}")
     STREAMS[log] = stream
+    if compacted:
+        COMPACTED.add(log)
+    if subjects:
+        _EXTRA_SUBJECTS[log] = tuple(subjects)
+
+
+def is_compacted(log: str) -> bool:
+    """True when ``log``'s stream keeps one message per subject (:data:`COMPACTED`)."""
+    return log in COMPACTED
 
 
 GENERATION = 1
@@ -82,6 +109,11 @@ _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:@-]+")
 def stream_subjects(domain: str) -> str:
     """Return the subject filter of ``domain``'s log: ``crewlet.statelog.<domain>.>``."""
     return f"crewlet.statelog.{domain}.>"
+
+
+def stream_subject_filters(domain: str) -> list[str]:
+    """Return every subject filter of ``domain``'s stream: the statelog one, then any it registered."""
+    return [stream_subjects(domain), *_EXTRA_SUBJECTS.get(domain, ())]
 
 
 def object_subject(domain: str, kind: str, object_id: str) -> str:

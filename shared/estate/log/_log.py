@@ -30,7 +30,7 @@ from nats.js import api as jsapi
 from shared import logs
 
 from .._errors import Refused
-from ._ids import STREAMS, barrier_subject, stream_subjects
+from ._ids import STREAMS, barrier_subject, is_compacted, stream_subject_filters
 from ._record import MAX_RECORD, Record
 
 __all__ = ["AppendConflict", "AppendUnanswered", "StateLog", "StreamFacts"]
@@ -80,7 +80,7 @@ def _micros(dt: datetime | None) -> int:
 def _config(domain: str, replicas: int) -> jsapi.StreamConfig:
     base: dict[str, Any] = dict(
         name=STREAMS[domain],
-        subjects=[stream_subjects(domain)],
+        subjects=stream_subject_filters(domain),
         retention=jsapi.RetentionPolicy.LIMITS,
         storage=jsapi.StorageType.FILE,
         num_replicas=replicas,
@@ -91,7 +91,7 @@ def _config(domain: str, replicas: int) -> jsapi.StreamConfig:
     )
     if domain == "vectors":
         return jsapi.StreamConfig(**base, max_msgs_per_subject=1, max_age=90 * 86400.0)
-    if domain == "usage":
+    if is_compacted(domain):  # usage (ES-69), memory (AG-1) and any compacted log a domain registers
         return jsapi.StreamConfig(**base, max_msgs_per_subject=1)
     return jsapi.StreamConfig(**base)
 
@@ -111,14 +111,16 @@ class StateLog:
         self._timeout = timeout
 
     async def provision(self, *, budget: float | None = None) -> dict[str, StreamFacts]:
-        """Create or adopt the four log streams (ES-4); an existing stream is never rewritten.
+        """Create or adopt every log stream (ES-4, amended by AG §13: five with ``memory``); an
+        existing stream is never rewritten.
 
         Args:
             budget: Seconds per stream; default 120 with replicas, else 30. One WARN
                 ``jetstream_stream_slow`` past 10 s.
 
         Returns:
-            Domain → facts, for ``tracker``, ``pages``, ``vectors`` and ``usage``.
+            Log → facts, for every log of :data:`STREAMS` (``tracker``, ``pages``, ``vectors``, ``usage``
+                and the logs registered domains own).
 
         Raises:
             Refused: ``broker_unreachable`` when a stream could not be created or read in the budget.
