@@ -264,7 +264,10 @@ def _appliers(
             stream_created_at=facts[domain].created_at,
             retry_budget=retry_budget,
         )
-        corpus = next((d.corpus for d in REGISTERED if d.log == domain and d.corpus), domain)
+        corpus = next((d.corpus for d in REGISTERED if d.log == domain and d.corpus), "")
+        if not corpus:  # a log without a lexical index (memory) builds none to announce
+            appliers[domain] = a
+            continue
 
         def built(source: str = corpus, ap: Applier = a) -> None:
             _log.info(

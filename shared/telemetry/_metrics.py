@@ -13,7 +13,9 @@ Series (labels kept to closed or configured sets; no ids):
   ``crewlet_llm_round_duration_seconds{provider_key}`` (histogram);
 - ``crewlet_llm_tokens_total{seat, provider_key, model, kind}`` with ``kind`` in ``input``,
   ``output``, ``cache_read``, ``cache_write`` (``cache_*`` are parts of ``input``, CO-12);
-- ``crewlet_tool_calls_total{seat, tool, status}`` with ``status`` ``ok`` or ``error``.
+- ``crewlet_tool_calls_total{seat, tool, status}`` with ``status`` ``ok`` or ``error``;
+- ``crewlet_memory_collapsed_total{table}``, ``crewlet_memory_outbox_depth``,
+  ``crewlet_memory_hydration_duration_seconds`` (AG-1, AG-2, AG-7).
 """
 
 from __future__ import annotations
@@ -74,6 +76,18 @@ class TurnMetrics:
             registry=r,
         )
         self.tool_calls = Counter("crewlet_tool_calls", "Tool calls.", ["seat", "tool", "status"], registry=r)
+        self.memory_collapsed = Counter(
+            "crewlet_memory_collapsed", "Memory creates a first writer already made (AG-1).", ["table"], registry=r
+        )
+        self.memory_outbox_depth = Gauge(
+            "crewlet_memory_outbox_depth", "Memory writes waiting in this node's outbox (AG-2).", registry=r
+        )
+        self.memory_hydration = Histogram(
+            "crewlet_memory_hydration_duration_seconds",
+            "Time to hydrate a seat's memory at acquisition (AG-7).",
+            buckets=_ROUND_BUCKETS,
+            registry=r,
+        )
 
     def round(
         self,

@@ -259,6 +259,32 @@ class StateLog:
         op = (msg.headers or {}).get("Nats-Msg-Id", "")
         return int(msg.seq or 0), str(op)
 
+    async def last_record(self, domain: str, subject: str) -> tuple[int, Record] | None:
+        """Return ``(seq, record)`` of the newest record on ``subject`` (read through the leader), or
+        None when the subject holds none: what a compare-and-set writer reads first (AG-1).
+
+        Raises:
+            Refused: ``broker_unreachable`` / ``no_quorum`` when the broker could not be asked.
+            ValueError: the stored bytes are not a record this build reads.
+        """
+        try:
+            msg = await self._js.get_last_msg(STREAMS[domain], subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        except nats.js.errors.NoStreamResponseError:
+            raise Refused("no_quorum", "the log has no leader", retry_after=4.0) from None
+        except nats.js.errors.APIError as e:
+            raise Refused("broker_unreachable", f"reading {subject}: {e.description}") from None
+        except (
+            TimeoutError,
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.ConnectionReconnectingError,
+        ):
+            raise Refused("broker_unreachable", f"reading the head of {subject} went unanswered") from None
+        return int(msg.seq or 0), Record.decode(msg.data or b"")
+
     async def barrier(self, domain: str, *, op_id: str, writer: str) -> int:
         """Append one barrier record and return its sequence (ES-26: linearizable reads).
 
