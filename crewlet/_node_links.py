@@ -14,7 +14,10 @@ from typing import Any
 
 from shared import broker, coordination, history, leases, logs, objects
 from shared.bus import Bus
+from shared.estate.log import StateLog
+from shared.memory import MemoryWriter, Outbox
 from shared.runtime import NodeContext
+from shared.telemetry import default_metrics
 
 __all__ = [
     "open_bus",
@@ -178,3 +181,36 @@ async def open_membership(ctx: NodeContext) -> broker.Membership | None:
     except Exception as e:  # noqa: BLE001 - logged: the node still answers its own /fleet/broker
         _log.warning("broker_membership_subscribe_failed", error=f"{type(e).__name__}: {e}")
     return m
+
+
+def open_memory(ctx: NodeContext) -> MemoryWriter:
+    """Open this node's memory writer and its outbox (AG-2), on every node (``ctx.extras["memory"]``).
+
+    The outbox is ``memory-outbox.db`` beside the node's turn records; it is flushed every 30 s and
+    once more at the drain (:func:`close_memory`). Only agent seats of the active org have memory.
+    """
+    assert ctx.link is not None
+
+    def is_agent(handle: str) -> bool:
+        org = ctx.org
+        seat = org.seat(handle) if org is not None else None
+        return seat is not None and seat.kind == "agent"
+
+    writer = MemoryWriter(
+        StateLog(ctx.link.js, replicas=ctx.cfg.stream.replicas),
+        node_id=ctx.node_id,
+        outbox=Outbox(ctx.cfg.store_dir / "memory-outbox.db"),
+        is_agent=is_agent,
+        metrics=default_metrics(),
+    )
+    writer.start()
+    ctx.extras["memory"] = writer
+    return writer
+
+
+async def close_memory(ctx: NodeContext) -> None:
+    """Flush the memory outbox once more and close it (AG-2: flushed on graceful release)."""
+    writer = ctx.extras.get("memory")
+    if isinstance(writer, MemoryWriter):
+        await writer.stop()
+        writer.outbox.close()

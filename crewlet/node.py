@@ -64,10 +64,12 @@ from ._node_control import forced_revision, open_control, seed_revision, subscri
 from ._node_drain import report_drain, wind_down
 from ._node_http import QuietServer, build_app, listen, port_free
 from ._node_links import (
+    close_memory,
     open_bus,
     open_coordination,
     open_history,
     open_membership,
+    open_memory,
     open_objects,
     presence_meta,
     watch_fleet,
@@ -189,6 +191,7 @@ class NodeRun:
         self.scatter = await open_history(ctx)  # ES-79: this node's share of fleet history reads
         self.membership = await open_membership(ctx)  # FL-148: members answer for the group
         await open_bus(ctx)
+        open_memory(ctx)  # AG-2: every node may write memory (tools, reflect dispatcher)
         open_custody(ctx)  # ES-78: a node without data hands its events to a data node
 
     async def settle(self, company: Any, import_company: Any) -> control.Reconciler:
@@ -308,6 +311,7 @@ class NodeRun:
         if self.membership is not None:
             await self.membership.stop()
         await close_custody(ctx)
+        await close_memory(ctx)  # AG-2: the outbox is flushed before the link closes
         reporter = ctx.extras.get("budgets")
         if isinstance(reporter, budgets.Budgets):
             await reporter.stop()
