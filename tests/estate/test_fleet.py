@@ -154,6 +154,7 @@ def test_the_logs_are_replicated_three_ways(fleet: Fleet) -> None:
                 "CREWLET_PAGES_LOG",
                 "CREWLET_TRACKER_VECTORS",
                 "CREWLET_USAGE_LOG",
+                "CREWLET_MEMORY",
             ):
                 info = await js.stream_info(name)
                 out[name] = (info.config.num_replicas or 0, info.config.duplicate_window or 0)

@@ -83,13 +83,14 @@ def _fake_head(last: int) -> Callable[[str], Awaitable[tuple[int, int]]]:
     return head
 
 
-async def test_the_four_logs_are_provisioned_once_and_never_rewritten(inproc: Start, tmp_path: Path) -> None:
+async def test_the_five_logs_are_provisioned_once_and_never_rewritten(inproc: Start, tmp_path: Path) -> None:
     a = await inproc("a")
     js = a.nc.jetstream()
     names = sorted(
         str(s.config.name) for s in await js.streams_info() if str(s.config.name).startswith("CREWLET_")
     )
-    assert names == [
+    assert names == [  # ES-4 as AG §13.1 amends it: five, CREWLET_MEMORY included
+        "CREWLET_MEMORY",
         "CREWLET_PAGES_LOG",
         "CREWLET_TRACKER_LOG",
         "CREWLET_TRACKER_VECTORS",
@@ -97,6 +98,9 @@ async def test_the_four_logs_are_provisioned_once_and_never_rewritten(inproc: St
     ]
     info = await js.stream_info("CREWLET_TRACKER_LOG")
     assert info.config.duplicate_window == 120 and info.config.discard == nats.js.api.DiscardPolicy.NEW
+    memory = await js.stream_info("CREWLET_MEMORY")  # AG-1: compacted, no age, row and statelog subjects
+    assert memory.config.max_msgs_per_subject == 1 and not memory.config.max_age
+    assert sorted(memory.config.subjects or []) == ["crewlet.memory.>", "crewlet.statelog.memory.>"]
     created = {n: (await js.stream_info(n)).created for n in names}
     b = await inproc("b", replicas=1)
     assert {n: (await b.nc.jetstream().stream_info(n)).created for n in names} == created
