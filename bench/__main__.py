@@ -40,6 +40,7 @@ from . import (  # noqa: E402
     fig11_estate_life,
     fig12_divided_search,
     fig13_growth,
+    fig14_memory_hydration,
 )
 from ._ctx import Ctx  # noqa: E402
 from ._result import Row, failed, render_table, write_json  # noqa: E402
@@ -58,6 +59,7 @@ FIGURES: dict[str, tuple[str, Callable[[Ctx], list[Row]]]] = {
     "11": ("estate catch-up and snapshots", fig11_estate_life.run),
     "12": ("divided knowledge search", fig12_divided_search.run),
     "13": ("how each cost grows with its work", fig13_growth.run),
+    "14": ("memory hydration where a seat lands", fig14_memory_hydration.run),
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -148,6 +148,7 @@ async def test_scratch_replay_holds_what_a_data_copy_holds(inproc: Any, tmp_path
     on_copy = await rows(a, "lead", gone.seq)
     assert sorted(r["content"] for r in cache.rows()) == sorted(r["content"] for r in on_copy)
     assert len(cache) == 4
+    assert len(await hydrate_scratch(js, "nobody")) == 0  # a seat with no memory hydrates at once
     log = StateLog(js)
     target = await hydrate_on_data_node(lambda: _last(log), lambda: a.est.appliers["memory"].applied)
     assert target >= gone.seq
