@@ -413,7 +413,9 @@ class SeatHost:
     async def _give_up(self, handle: str, grant: Grant, reason: str) -> None:
         async with self._lock(handle):
             try:
-                await self._leases.release(grant)
+                if not await self._leases.release(grant):  # lapsed or taken: nothing handed back
+                    _log.warning("seat_release_lapsed", seat=handle, epoch=grant.epoch, reason=reason)
+                    return
             except CoordinationUnavailable as e:  # it lapses at the TTL on its own
                 _log.warning("seat_release_unknown", seat=handle, epoch=grant.epoch, error=str(e))
         _log.info("seat_released", seat=handle, epoch=grant.epoch, reason=reason)

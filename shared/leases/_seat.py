@@ -397,15 +397,20 @@ class SeatLeases:
         resource = f"seat:{grant.handle}"
         key = key_of(resource)
         revision = grant.revision
+        unknown = False
         for _ in range(self._rounds):
             try:
                 await self._coord.delete("leases", key, revision=revision)
                 return True
-            except (RevisionConflict, OutcomeUnknown):
+            except RevisionConflict:
                 pass
+            except OutcomeUnknown:
+                unknown = True
             entry = await self._coord.get("leases", key)
             if entry is None:
-                return True  # gone: our delete landed, or it lapsed; either way not held
+                # gone: only a delete of ours whose answer was lost can have removed it; otherwise it
+                # lapsed, was released already or never held: nothing was handed back (issue 35)
+                return unknown
             rec = LeaseRecord.decode(key, entry.value)
             if rec.owner != self._owner or rec.epoch != grant.epoch:
                 return False

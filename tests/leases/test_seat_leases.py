@@ -196,3 +196,16 @@ async def test_an_unreadable_counter_is_never_reset(kv: Coordination) -> None:
     after = await a.acquire("triage")
     assert after is not None and after.epoch > last
     assert await check_epoch(kv, "triage", last) is False
+
+
+async def test_releasing_a_seat_no_longer_held_says_nothing_was_handed_back(kv: Coordination) -> None:
+    """Issue 35 (upstream's lease conformance): a second release, a lapsed lease → False, not "released"."""
+    a = leases(kv, "n1")
+    grant = await a.acquire("triage")
+    assert grant is not None
+    assert await a.release(grant) is True
+    assert await a.release(grant) is False  # released already
+    lapsing = await a.acquire("triage")
+    assert lapsing is not None
+    await asyncio.sleep(LAPSE)  # never renewed: the store ages it out
+    assert await a.release(lapsing) is False
