@@ -65,14 +65,22 @@ def groups_of(batch: list[Delivery], group: Grouping | None) -> list[list[Delive
     """Split ``batch`` with ``group`` (None: one group per delivery).
 
     A delivery ``group`` leaves out runs alone after the groups; one it repeats, or one that is not
-    in the batch, is dropped from the later group.
+    in the batch, is dropped from the later group. A ``group`` that raises is logged
+    ``inbox_grouping_failed`` and the batch runs one delivery per group.
     """
     if group is None:
+        return [[d] for d in batch]
+    try:
+        grouped = [list(members) for members in group(batch)]
+    except Exception as e:  # noqa: BLE001 - a broken grouping must not strand the batch (issue 35)
+        # one group per delivery: every message still runs and is settled now, rather than left
+        # outstanding until the ack wait
+        _log.error("inbox_grouping_failed", size=len(batch), error=f"{type(e).__name__}: {e}")
         return [[d] for d in batch]
     mine = {d.stream_seq for d in batch}
     out: list[list[Delivery]] = []
     placed: set[int] = set()
-    for members in group(batch):
+    for members in grouped:
         kept = [d for d in members if d.stream_seq in mine and d.stream_seq not in placed]
         placed.update(d.stream_seq for d in kept)
         if kept:

@@ -335,3 +335,24 @@ async def test_keepalive_covers_every_delivery_held(broker: Broker, second: Any)
         await box.ack(d)
     for m in (box, spy):
         await m.detach()
+
+
+async def test_a_grouping_that_raises_runs_each_delivery_alone_and_strands_none(broker: Broker) -> None:
+    """Issue 35 (upstream queue conformance): a raising grouping no longer escapes the batch."""
+    bus = broker.bus()
+    await bus.ensure_mailboxes(["triage"])
+    await publish(bus, "triage", 1, 2, 3)
+    box = await bus.attach("triage", 1)
+    seen: list[list[int]] = []
+
+    def broken(batch: list[Delivery]) -> list[list[Delivery]]:
+        raise RuntimeError("grouping bug")
+
+    async def handler(group: list[Delivery]) -> None:
+        seen.append([n_of(d) for d in group])
+
+    outcomes = await box.process_batch(handler, group=broken, max_batch=10, timeout=1)
+    assert seen == [[1], [2], [3]] and outcomes == ["acked", "acked", "acked"]
+    assert list(box.outstanding()) == []
+    assert await box.fetch_batch(10, timeout=0.3) == []  # nothing left to redeliver
+    await box.detach()
