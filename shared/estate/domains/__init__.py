@@ -19,7 +19,7 @@ from ..log._gates import apply_gate
 from ..log._ids import register_log
 from ..log._record import Record
 from ..store._schema import declare_ddl
-from . import files, pages, tracker
+from . import files, pages, tracker, usage
 from ._seam import EstateDomain, ReadOp, WriteOp
 
 __all__ = [
@@ -41,6 +41,7 @@ REGISTERED: tuple[EstateDomain, ...] = (
     tracker.DOMAIN,
     files.DOMAIN,
     pages.DOMAIN,
+    usage.DOMAIN,
 )
 """Every domain of this build, in the order its tables, DDL and operations are declared."""
 
