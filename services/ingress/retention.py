@@ -17,6 +17,7 @@ from shared import estate
 from shared.coordination import CoordinationUnavailable
 from shared.estate import DOMAINS, STREAMS
 from shared.estate.life import GestureRefused, run_gesture
+from shared.estate.log import is_compacted
 from shared.runtime import NodeContext, api_error
 
 __all__ = ["record_ack", "run_retention_gesture"]
@@ -46,7 +47,7 @@ async def record_ack(ctx: NodeContext, body: dict[str, Any]) -> dict[str, Any]:
             field=unknown[0],
         )
     stream, position = body.get("stream"), body.get("position")
-    domains = {STREAMS[d]: d for d in DOMAINS}
+    domains = {STREAMS[d]: d for d in DOMAINS if not is_compacted(d)}  # a compacted log is never trimmed
     if not isinstance(stream, str) or stream not in domains:
         raise api_error(422, "invalid", f"stream must be one of {', '.join(sorted(domains))}", field="stream")
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
