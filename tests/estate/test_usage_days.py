@@ -231,3 +231,26 @@ async def test_an_underivable_day_is_not_published(inproc: Start, tmp_path: Path
     finally:
         await pub.stop(final=False)
         await nc.close()
+
+
+def test_a_scheduled_turn_counts_on_its_seat_and_on_its_schedule() -> None:
+    def row(n: int, fire: str) -> dict[str, Any]:
+        payload = {"source": "schedule", "schedule": "standup", "scope": "unit:eng", "fire_label": fire}
+        return {
+            "seat": "dev",
+            "outcome": "delivered",
+            "started_at": 10.0 + n,
+            "ended_at": 400.0 + n,  # 390 s: the 900 s bucket
+            "record": {
+                "trigger": {"source": "schedule", "payload": payload},
+                "rounds": [{"phase": "review", "provider_key": "k", "model": "m", "output_tokens": 4}],
+            },
+        }
+
+    uses = [turn_usage(row(0, "20261201T0900")), turn_usage(row(1, "20261201T0900"))]
+    sched, seat = fold_day("n1", "2026-12-01", uses)  # ordered by id
+    assert (seat.kind, sched.kind) == ("seat", "schedule")
+    assert sched.payload()["schedule"] == "unit:eng/standup" and sched.payload()["fires"] == 1
+    assert seat.payload()["durations"]["900"] == 2 and seat.payload()["fires"] == 1
+    assert sched.id.startswith("n1.2026-12-01.schedule-") and seat.id == "n1.2026-12-01.seat-dev"
+    assert [s["phase"] for s in sched.payload()["spend"]] == ["review"]

@@ -48,7 +48,8 @@ def check_query(args: dict[str, Any]) -> dict[str, Any]:
         InvalidField: naming ``from``/``to`` (not a date), ``from`` (after ``to``), ``to`` (the span
             is over 181 days), ``group_by`` (unknown), ``seat``/``schedule`` (not text).
     """
-    start, end = _day(args, "from"), _day(args, "to")
+    end = _day(args, "to")  # first: a default ``from`` is derived from ``to``
+    start = _day(args, "from")
     if start > end:
         raise InvalidField("from", f"from {start} is after to {end}")
     span = (date.fromisoformat(end) - date.fromisoformat(start)).days + 1
