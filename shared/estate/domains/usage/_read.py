@@ -8,7 +8,6 @@ with one, that schedule's objects (a schedule's turns are also its seat's: the t
 
 from __future__ import annotations
 
-import json
 from datetime import date
 from typing import Any
 
@@ -91,39 +90,27 @@ def _tokens(row: Any) -> dict[str, int]:
     }
 
 
-def _add(into: dict[str, int], counts: Any) -> None:
-    if isinstance(counts, dict):
-        for k, v in counts.items():
-            if isinstance(v, int):
-                into[str(k)] = into.get(str(k), 0) + v
-
-
 def _days(conn: Any, where: str, params: list[Any], group_by: str) -> tuple[dict[str, Any], dict[str, int]]:
-    """The counts of the window's day objects: the total and, for day/seat/node, turns per group."""
-    total: dict[str, Any] = {"turns": 0, "reads_dropped": 0, "page_reads": 0, "fires": 0}
-    total |= {"sandbox_runs": 0, "approvals": 0}
-    outcomes: dict[str, int] = {}
-    durations: dict[str, int] = {str(b): 0 for b in (*DURATION_BUCKETS, "over")}
-    per: dict[str, int] = {}
-    nodes: set[str] = set()
-    q = (
-        "SELECT node, day, seat, turns, outcomes, durations, json_array_length(page_reads), reads_dropped, "
-        f"fires, sandbox_runs, approvals FROM usage_days WHERE {where}"
+    """The counts of the window's day objects (summed in SQLite, JSON included): the total and, for
+    day/seat/node, turns per group."""
+    sums = sql.one(
+        conn,
+        "SELECT SUM(turns), SUM(json_array_length(page_reads)), SUM(reads_dropped), SUM(fires), "
+        f"SUM(sandbox_runs), SUM(approvals) FROM usage_days WHERE {where}",
+        params,
     )
-    for node, day, seat, turns, outs, durs, reads, dropped, fires, runs, asks in sql.rows(conn, q, params):
-        nodes.add(node)
-        for name, value in (("turns", turns), ("page_reads", reads), ("reads_dropped", dropped)):
-            total[name] += int(value or 0)
-        for name, value in (("fires", fires), ("sandbox_runs", runs), ("approvals", asks)):
-            total[name] += int(value or 0)
-        _add(outcomes, json.loads(outs or "{}"))
-        _add(durations, json.loads(durs or "{}"))
-        if group_by in _TURN_GROUPS:
-            key = {"day": day, "seat": seat, "node": node}[group_by]
-            per[key] = per.get(key, 0) + int(turns or 0)
-    total["outcomes"] = dict(sorted(outcomes.items()))
-    total["durations"] = durations
-    total["nodes"] = sorted(nodes)
+    names = ("turns", "page_reads", "reads_dropped", "fires", "sandbox_runs", "approvals")
+    total: dict[str, Any] = {k: int(v or 0) for k, v in zip(names, sums or (0,) * 6, strict=True)}
+    for column in ("outcomes", "durations"):
+        q = f"SELECT j.key, SUM(j.value) FROM usage_days, json_each(usage_days.{column}) j WHERE {where} GROUP BY j.key"
+        total[column] = {str(k): int(v or 0) for k, v in sql.rows(conn, q, params)}
+    total["durations"] = {str(b): total["durations"].get(str(b), 0) for b in (*DURATION_BUCKETS, "over")}
+    q = f"SELECT DISTINCT node FROM usage_days WHERE {where} ORDER BY node"
+    total["nodes"] = [r[0] for r in sql.rows(conn, q, params)]
+    per: dict[str, int] = {}
+    if group_by in _TURN_GROUPS:
+        q = f"SELECT {group_by}, SUM(turns) FROM usage_days WHERE {where} GROUP BY {group_by}"
+        per = {str(k): int(v or 0) for k, v in sql.rows(conn, q, params)}
     return total, per
 
 
