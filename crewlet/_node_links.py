@@ -1,19 +1,21 @@
 """A node's links to the fleet, opened at boot (FL-2..FL-5, FL-35, FL-42, FL-76, FL-148, ES-79).
 
 Boot steps 2 to 4 of :mod:`crewlet.node` call these: the coordination buckets, the object store and its
-slot, the bus streams, the presence row's contents, the history scatter responder and the broker-group
-membership, plus the fleet role watch every node runs. Each takes the node's context and returns what
+slot, the bus streams, the presence row's contents, the history scatter responder, the usage days' publisher
+(ES-69) and the broker-group membership, plus the fleet role watch every node runs. Each takes the node's context and returns what
 it opened; a failure the node survives is logged here, never raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from datetime import timedelta
 from typing import Any
 
-from shared import broker, coordination, history, leases, logs, objects
+from shared import broker, coordination, history, leases, logs, objects, records
 from shared.bus import Bus
+from shared.estate.domains.usage import TICK, UsagePublisher
 from shared.estate.log import StateLog
 from shared.memory import MemoryWriter, Outbox
 from shared.runtime import NodeContext
@@ -25,6 +27,7 @@ __all__ = [
     "open_history",
     "open_membership",
     "open_objects",
+    "open_usage",
     "presence_meta",
     "watch_fleet",
 ]
@@ -214,3 +217,28 @@ async def close_memory(ctx: NodeContext) -> None:
     if isinstance(writer, MemoryWriter):
         await writer.stop()
         writer.outbox.close()
+
+
+def open_usage(ctx: NodeContext) -> UsagePublisher | None:
+    """Start this node's usage days publisher (ES-69): every node derives its own days from its turn
+    records and publishes them to ``CREWLET_USAGE_LOG``; None without a broker link or turn records.
+
+    The tick is 15 s; ``CREWLET_USAGE_TICK_SECONDS`` shortens it (test fleets). The company
+    ``timezone`` is read from the applied org at every tick (UTC before one is applied).
+    """
+    turns = ctx.extras.get("turns")
+    if ctx.link is None or not isinstance(turns, records.TurnStore):
+        return None
+    try:
+        tick = float(os.environ.get("CREWLET_USAGE_TICK_SECONDS") or TICK)
+    except ValueError:
+        tick = TICK
+    publisher = UsagePublisher(
+        ctx.link.js,
+        node_id=ctx.node_id,
+        turns=turns.finished_between,
+        timezone=lambda: str(ctx.org.company.timezone) if ctx.org is not None else "UTC",
+        tick=max(0.2, tick),
+    )
+    publisher.start()
+    return publisher

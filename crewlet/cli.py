@@ -27,6 +27,8 @@ Commands:
   its reply (CO-8, CO-28; :mod:`crewlet.send_cli`).
 - ``crewlet turns [--seat H] [--limit N]``, ``crewlet turn ID``: turn records (CO-20, CO-28;
   :mod:`crewlet.turns_cli`).
+- ``crewlet usage [--from D] [--to D] [--seat H] [--group-by G]``: the fleet's spend by day, seat,
+  node, model, phase or worker, nodes that left included (AG-48; :mod:`crewlet.usage_cli`).
 - ``crewlet work list|show KEY|create|comment``: the tracker (CO-24; :mod:`crewlet.work_cli`).
 - ``crewlet files list|put|get``: a project's files (ES-70; :mod:`crewlet.files_cli`).
 - ``crewlet objects status``: the object store and the collector's findings (FL-5, ES-75;
@@ -77,6 +79,7 @@ from . import (
     secrets_cli,
     send_cli,
     turns_cli,
+    usage_cli,
     work_cli,
 )
 
@@ -362,6 +365,7 @@ def fleet_status_cmd(
 app.command("send")(send_cli.send)
 app.command("turns")(turns_cli.turns_cmd)
 app.command("turn")(turns_cli.turn_cmd)
+app.command("usage")(usage_cli.usage_cmd)
 app.command("migrate")(migrate_cli.migrate)
 
 

@@ -71,6 +71,7 @@ from ._node_links import (
     open_membership,
     open_memory,
     open_objects,
+    open_usage,
     presence_meta,
     watch_fleet,
 )
@@ -124,6 +125,7 @@ class NodeRun:
         self.nudge_sub: Any = None
         self.scatter: history.HistoryResponder | None = None
         self.membership: broker.Membership | None = None
+        self.usage: Any = None
         self.started: list[RoleService] = []
 
     def install_signals(self) -> None:
@@ -188,6 +190,7 @@ class NodeRun:
         store = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
         store.on_finished = lambda result: emit_event(ctx, turn_event(ctx.node_id, result))  # ES-78
         ctx.extras["turns"] = store
+        self.usage = open_usage(ctx)  # ES-69: this node's usage days, published every 15 s
         self.scatter = await open_history(ctx)  # ES-79: this node's share of fleet history reads
         self.membership = await open_membership(ctx)  # FL-148: members answer for the group
         await open_bus(ctx)
@@ -302,6 +305,8 @@ class NodeRun:
     async def _close_links(self) -> None:
         """Drain step 5: flush OTLP, then close what boot opened, the broker link last."""
         ctx = self.ctx
+        if self.usage is not None:  # ES-69: the drained node's last turns reach every data node
+            await self.usage.stop(final=True)
         flush = ctx.extras.get("telemetry_shutdown")
         if callable(flush):
             with contextlib.suppress(Exception):

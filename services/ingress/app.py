@@ -32,6 +32,7 @@ from .api.routes import (
     schedules,
     secrets,
     turns,
+    usage,
     webhooks,
     work,
 )
@@ -63,6 +64,7 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(config.router(ctx))
     api.include_router(messages.router(ctx, publisher))
     api.include_router(turns.router(ctx))
+    api.include_router(usage.router(ctx))  # AG-48: every node's usage days, summed
     api.include_router(work.router(ctx))
     api.include_router(knowledge.router(ctx))
     api.include_router(files.router(ctx))

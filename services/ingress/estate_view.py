@@ -19,7 +19,7 @@ from shared import leases
 from shared.coordination import CoordinationUnavailable
 from shared.estate import DOMAINS, STREAMS
 from shared.estate._alarms import active_alarms
-from shared.estate.log import evicted_since
+from shared.estate.log import evicted_since, is_compacted
 from shared.runtime import NodeContext
 
 __all__ = ["REMEDY", "STALE_AFTER", "capacity", "estate_view"]
@@ -164,6 +164,8 @@ async def _floors(ctx: NodeContext, unreadable: list[str]) -> dict[str, Any]:
     assert ctx.coord is not None
     floors: dict[str, Any] = {}
     for domain in DOMAINS:
+        if is_compacted(domain):  # a compacted log (usage) is never trimmed: it has no floor (ES-69)
+            continue
         try:
             e = await ctx.coord.get("trim_floors", domain)
         except CoordinationUnavailable:

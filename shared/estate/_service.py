@@ -333,6 +333,8 @@ class EstateService:
                 did not within the floor wait), ``floor_unknown`` (writes only: the floor is unread).
         """
         applier = self.appliers[domain]
+        if applier.compacted:  # never trimmed, and a gap is a superseded record (ES-69, AG-1)
+            return
 
         def last_known(refusal: Refused) -> _FloorFacts:
             # a read goes on from the last floor known; a write for four heartbeats after it

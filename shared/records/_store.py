@@ -15,12 +15,13 @@ loop never waits on the disk; SQLite is in WAL mode with one writer.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,51 @@ class TurnStore:
                 return None
             out = self._summary(row)
             out["record"] = json.loads(row["record"])
+            return out
+
+        return await asyncio.to_thread(run)
+
+    async def finished_between(
+        self, start: float, end: float, known: Mapping[str, float] | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Return the finished turns started in ``[start, end)`` (unix seconds), for usage days (ES-69).
+
+        Args:
+            start: Inclusive, unix seconds.
+            end: Exclusive, unix seconds.
+            known: Turn id → ``ended_at`` the caller already read: such a row comes back with
+                ``record`` None instead of its parsed record (a tick re-reads only what changed).
+
+        Returns:
+            One dict per turn: ``turn_id``, ``seat``, ``outcome``, ``started_at``, ``ended_at``,
+            ``input_tokens``, ``output_tokens``, ``provider_key``, ``model``, ``record`` (a dict,
+            {} when unparsable, or None as above). Running turns are left out.
+
+        Raises:
+            sqlite3.Error: the file could not be read.
+        """
+        seen = dict(known or {})
+        cols = (
+            "turn_id, seat, outcome, started_at, ended_at, input_tokens, output_tokens, provider_key, model"
+        )
+
+        def run() -> list[dict[str, Any]]:
+            with self._lock:
+                rows = self._db.execute(
+                    f"SELECT {cols} FROM turns WHERE started_at >= ? AND started_at < ? AND outcome != 'running'",
+                    (start, end),
+                ).fetchall()
+                out = [dict(r) for r in rows]
+                for row in out:
+                    if row["turn_id"] in seen and seen[row["turn_id"]] == float(row["ended_at"] or 0.0):
+                        row["record"] = None
+                        continue
+                    raw = self._db.execute("SELECT record FROM turns WHERE turn_id = ?", (row["turn_id"],))
+                    try:
+                        record = json.loads(raw.fetchone()[0])
+                    except (TypeError, ValueError):
+                        record = {}
+                    row["record"] = record if isinstance(record, dict) else {}
             return out
 
         return await asyncio.to_thread(run)

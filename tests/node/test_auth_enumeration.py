@@ -93,6 +93,7 @@ DECISIONS: dict[tuple[str, str], Decision] = {
     ("GET", "/turns"): "audit:read",
     ("GET", "/turns/{turn_id}"): "audit:read",
     ("GET", "/tokens/breakdown"): "state:read",
+    ("GET", "/usage"): "state:read",
     ("GET", "/work"): "state:read",
     ("GET", "/work/catalogue"): "state:read",
     ("GET", "/projects"): "state:read",

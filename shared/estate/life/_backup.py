@@ -72,7 +72,7 @@ from shared import logs
 
 from .._errors import Refused
 from ..domains import LOGS
-from ..log._ids import GENERATION, STREAMS
+from ..log._ids import GENERATION, STREAMS, is_compacted
 from ._artefact import (
     FORMAT,
     MANIFEST,
@@ -379,6 +379,8 @@ async def _copy(
     named = await asyncio.to_thread(named_objects, dest / REPLICATED_FILE)
     await _fetch_objects(objects, named, dest)
     for name, pos in positions.items():
+        if is_compacted(name):  # its vanished sequences were superseded, never trimmed (ES-69, AG-1)
+            continue
         try:
             first, _last = await est.log.head(name)
         except Refused as e:

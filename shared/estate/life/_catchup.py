@@ -235,6 +235,8 @@ class CatchUp:
         if self.coord is None:
             return
         for domain, a in self.appliers.items():
+            if a.compacted:  # never trimmed (ES-69, AG-1): nothing to pin
+                continue
             key = f"{domain}.join-{self.node_id}"
             try:
                 if release:

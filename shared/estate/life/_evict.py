@@ -37,7 +37,7 @@ from shared.coordination import Coordination, CoordinationUnavailable
 from .._errors import InvalidField, Refused
 from ..domains import LOGS
 from ..log._gates import gate_record
-from ..log._ids import mint_op_id, validate_op_id
+from ..log._ids import is_compacted, mint_op_id, validate_op_id
 from ..log._log import AppendConflict, AppendUnanswered
 from ..store import _sql as sql
 
@@ -70,6 +70,13 @@ async def _live(coord: Coordination, node: str) -> bool:
     return await coord.get("leases", f"node.{node}") is not None
 
 
+def _counted() -> tuple[str, ...]:
+    """The logs a node is counted on (ES-47, ES-51): every registered log but the compacted ones
+    (``usage``, ES-69), which are never trimmed and keep one message per subject (a gate record
+    there would be overwritten by the next node's)."""
+    return tuple(d for d in LOGS if not is_compacted(d))
+
+
 async def _judge(
     est: Any, coord: Coordination | None, *, action: str, node: str, confirm: str, force: bool, writer: str
 ) -> bool:
@@ -100,7 +107,7 @@ async def _judge(
                 f"{node} holds a live presence lease: stop it first, or pass --force to evict a running node",
             )
     else:
-        for domain in LOGS:
+        for domain in _counted():
             below = await _below_floor(est, coord, domain, node)
             if below is not None:
                 raise GestureRefused(
@@ -214,12 +221,14 @@ async def run_gesture(
         _log.warning("statelog_evict_forced_unjudged", node=node, gesture=gesture)
     at = int(time.time() * 1_000_000)
     deadline = time.monotonic() + budget
+    counted = _counted()
     recs = [
-        gate_record(domain=d, action=action, node=node, gesture=gesture, writer=writer, at=at) for d in LOGS
+        gate_record(domain=d, action=action, node=node, gesture=gesture, writer=writer, at=at)
+        for d in counted
     ]
     # its own task: a caller that goes away does not cut the gesture short (ES-51)
     task = asyncio.ensure_future(
-        asyncio.gather(*(_one_log(est, d, r, deadline) for d, r in zip(LOGS, recs, strict=True)))
+        asyncio.gather(*(_one_log(est, d, r, deadline) for d, r in zip(counted, recs, strict=True)))
     )
     logs_out = await asyncio.shield(task)
     _log.info(
