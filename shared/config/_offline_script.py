@@ -31,7 +31,7 @@ __all__ = [
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _ALLOWED = re.compile(
-    r"^(trigger\.(text|first_line|work_item\.key|sender)|seat\.handle|seat\.managers\[0\]"
+    r"^(trigger\.(text|first_line|work_item\.key|sender)|seat\.handle|seat\.managers\[0\]|memory\.recalled"
     r"|seat\.reports\[\d+\]|result\[(?P<step>\d+)\]\.[A-Za-z_][A-Za-z0-9_]*)$"
 )
 

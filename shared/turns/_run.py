@@ -183,6 +183,9 @@ class TurnRun(Phases):
             duration_ms=round(r.duration_seconds * 1000, 1),
         )
         await self._record("turn_finished", r)
+        recall = e.recalls.pop(self.turn_id, None)
+        if recall is not None:  # AG-8: the recall hears how the turn ended (never raises)
+            await recall.settled(r, self.item)
         return r
 
     # -- iterations (CO-30, CO-31) -------------------------------------------------------------
@@ -364,6 +367,12 @@ class TurnRun(Phases):
         if self.e.prefetch:
             query = self.trigger.text or str((self.item or {}).get("title", ""))
             knowledge = await prefetch_knowledge(self.workspace, self.trigger, query=query)
+        memory: list[tuple[str, str, str]] = []
+        if self.e.recall is not None:  # AG-8: opened once, here, so every iteration has the same bytes
+            recall = await self.e.recall(self.seat, self.trigger, self.turn_id)
+            if recall is not None:
+                self.e.recalls[self.turn_id] = recall
+                memory = list(recall.sections)
         return build_prompt(
             self.e.org,
             self.seat,
@@ -372,6 +381,7 @@ class TurnRun(Phases):
             knowledge=knowledge,
             work_item=self.item,
             mcp_servers=self.mcp_servers,
+            memory=memory,
         )
 
     def _conclude(self) -> None:
