@@ -48,9 +48,6 @@ class SeatMemory:
         self.ctx = ctx
         self.within = within
         self.caches: dict[str, memory.ScratchCache] = {}
-        writer = self.writer
-        if writer is not None:
-            writer.listeners.append(self._own_write)
 
     @property
     def writer(self) -> memory.MemoryWriter | None:
@@ -78,6 +75,9 @@ class SeatMemory:
                 the ``memory_hydrate`` fault; logged ``memory_hydration_failed{seat, reason}``.
         """
         t0 = time.perf_counter()
+        writer = self.writer  # opened at boot, after the roles were built: listen from the first acquire
+        if writer is not None and self._own_write not in writer.listeners:
+            writer.listeners.append(self._own_write)
         try:
             if self.on_data_node:
                 count = await self._hydrate_copy(handle)

@@ -182,11 +182,15 @@ class TurnRun(Phases):
             output_tokens=r.output_tokens,
             duration_ms=round(r.duration_seconds * 1000, 1),
         )
-        await self._record("turn_finished", r)
-        recall = e.recalls.pop(self.turn_id, None)
-        if recall is not None:  # AG-8: the recall hears how the turn ended (never raises)
-            await recall.settled(r, self.item)
+        await self._finished(r)
         return r
+
+    async def _finished(self, r: TurnResult) -> None:
+        """Record the finished turn; then its recall hears how it ended (AG-8, never raises)."""
+        await self._record("turn_finished", r)
+        recall = self.e.recalls.pop(self.turn_id, None)
+        if recall is not None:
+            await recall.settled(r, self.item)
 
     # -- iterations (CO-30, CO-31) -------------------------------------------------------------
 
