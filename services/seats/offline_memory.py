@@ -46,7 +46,7 @@ def _about(trigger: Trigger, work_item: dict[str, Any] | None) -> tuple[str, str
     why = trigger.reason or trigger.type.replace("_", " ")
     if trigger.sender:
         why += f" by {trigger.sender}"
-    what = _line(trigger.text) or _line(str(item.get("title", ""))) or "no text"
+    what = (_line(trigger.text) or _line(str(item.get("title", ""))) or "no text").rstrip(".")
     return key, f"{key or 'A message'} ({why}): {what}"
 
 
