@@ -19,7 +19,8 @@ free from the turn's cache, a 4th refused naming the 3 spent; a failed call stil
 
 One ``prefetch_summary`` event per turn (logged and recorded as an event): per block ``hit``,
 ``bytes``, ``selection_count``, plus ``trigger_requires_recon`` and ``recall: recency+word_match``
-with ``embeddings: false`` (no embeddings provider exists yet).
+with ``embeddings: false`` (no embeddings provider exists yet), ``filter_calls``, ``errors`` and
+``elapsed_ms`` (what recall added to the turn's start).
 
 After the turn (:meth:`TurnMemory.settled`) a turn every round of which the offline provider answered
 writes its memory by rule (:mod:`~services.seats.offline_memory`), so ``make run`` shows recall.
@@ -96,7 +97,7 @@ class TurnMemory:
         self.diary: list[dict[str, Any]] = []
         self.spent: list[str] = []
         self.cache: dict[str, dict[str, Any]] = {}
-        self.started = time.time()
+        self.started = time.perf_counter()
 
     @property
     def sections(self) -> list[tuple[str, str, str]]:
@@ -176,6 +177,7 @@ class TurnMemory:
                 "embeddings": False,
                 "filter_calls": self.filter_calls,
                 "errors": self.errors,
+                "elapsed_ms": round((time.perf_counter() - self.started) * 1000, 1),
             }
         )
 
