@@ -72,6 +72,7 @@ from . import (
     gate_cli,
     init_cli,
     knowledge_cli,
+    memory_cli,
     migrate_cli,
     objects_cli,
     retention_cli,
@@ -100,6 +101,7 @@ app.add_typer(budgets_cli.app, name="budgets")
 app.add_typer(schedules_cli.app, name="schedules")
 app.add_typer(work_cli.app, name="work")
 app.add_typer(objects_cli.app, name="objects")
+app.add_typer(memory_cli.app, name="memory")
 retention_cli.app.command("verify")(backup_cli.verify_command)
 retention_cli.app.command("evict")(gate_cli.evict_cmd)
 retention_cli.app.command("readmit")(gate_cli.readmit_cmd)

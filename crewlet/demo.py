@@ -6,7 +6,9 @@ GitHub's real ``issues.opened`` delivery signed with ``GITHUB_WEBHOOK_SECRET`` t
 ``/webhooks/github`` (the node links the GitHub issue to one work item and wakes triage, which
 assigns it to the lead, whose turn takes it up), then GitHub's ``issue_comment.created`` about the
 same issue (a comment on the same item, which wakes the lead again), and prints what happened:
-the one work item, its assignee and comment thread, the turns with their tokens. Then it keeps the node serving
+the one work item, its assignee and comment thread (the lead's second comment quotes a line its
+diary kept from the first turn: the offline provider's memory, AG-8), the turns with their tokens,
+and what the lead remembers (``crewlet memory show lead``). Then it keeps the node serving
 at the printed URL with the printed token until Ctrl-C (which drains the node, FL-129).
 
 Environment: ``CREWLET_API_TOKEN`` and ``GITHUB_WEBHOOK_SECRET`` (when unset, made once and kept in
@@ -167,6 +169,21 @@ def _show_item(client: httpx.Client, key: str, since: float) -> None:
         )
 
 
+def _show_memory(client: httpx.Client, handle: str) -> None:
+    """What ``handle`` remembers (AG-9): the offline provider wrote a diary entry per turn, and the
+    second turn's comment quoted the first one's back (recalled into its prompt, AG-8)."""
+    r = client.get(f"/agents/{handle}/memory")
+    if r.status_code != 200:
+        print(f"\nmemory of {handle}: {r.status_code} {r.text[:200]}")
+        return
+    view = r.json()
+    diary = view["personal_memories"]["long"]
+    print(f"\nmemory of {handle}: {len(diary)} diary entries, {len(view['episodes'])} episodes")
+    for row in diary:
+        print(f"  diary (retrieved {row.get('retrieval_count', 0)}x): {row.get('content', '')}")
+    print(f"  read it all with: crewlet memory show {handle}")
+
+
 def _drained(proc: subprocess.Popen[bytes]) -> int:
     """Wait for the node to exit after a Ctrl-C, saying what happens; return its exit code."""
     started = time.monotonic()
@@ -198,6 +215,7 @@ def _show_main_job(url: str, token: str, secret: str) -> None:
             if _post_github(client, secret, "issue_comment.created") is not None:
                 _wait_turns(client, ["triage", "lead", "lead"], since)
             _show_item(client, str(key), since)
+            _show_memory(client, "lead")
     print()
     fleet_status.show(url, token)
     print(f"\nThe node keeps serving at {url}")
@@ -205,6 +223,7 @@ def _show_main_job(url: str, token: str, secret: str) -> None:
     print(f"  export GITHUB_WEBHOOK_SECRET={secret}")
     print(f'  curl -H "Authorization: Bearer $CREWLET_API_TOKEN" {url}/turns')
     print(f"  CREWLET_URL={url} .venv/bin/crewlet send triage 'What is open?' --wait")
+    print(f"  CREWLET_URL={url} .venv/bin/crewlet memory show lead   (what the lead remembers, AG-9)")
     print(f"  the operator UI: {url}/ui/ (it asks for the token once)")
 
 

@@ -189,6 +189,7 @@ class NodeRun:
         await self.presence.start()
         store = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
         store.on_finished = lambda result: emit_event(ctx, turn_event(ctx.node_id, result))  # ES-78
+        ctx.extras["emit_event"] = lambda ev: emit_event(ctx, ev)  # roles' own events (AG-8 prefetch_summary)
         ctx.extras["turns"] = store
         self.usage = open_usage(ctx)  # ES-69: this node's usage days, published every 15 s
         self.scatter = await open_history(ctx)  # ES-79: this node's share of fleet history reads

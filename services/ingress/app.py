@@ -26,6 +26,7 @@ from .api.routes import (
     fleet,
     github,
     knowledge,
+    memory,
     messages,
     objects,
     retention,
@@ -74,6 +75,7 @@ def service(ctx: NodeContext) -> RoleService:
     api.include_router(secrets.router(ctx))
     api.include_router(retention.router(ctx))
     api.include_router(budgets.router(ctx))
+    api.include_router(memory.router(ctx))  # AG-9: GET /agents/{handle}/memory
     api.include_router(schedules.router(ctx))
     api.include_router(objects.router(ctx))  # ES-75: the collector's findings (GET /objects)
     api.include_router(ui.router(ctx))  # the operator UI at /ui/ (DESIGN.md "Operator UI")

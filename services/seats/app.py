@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from datetime import timedelta
 from typing import Any
 
@@ -40,7 +41,9 @@ from shared.turns import TurnEngine
 
 from .admission import EstateWatch
 from .dispatcher import Dispatcher
+from .memory import SeatMemory
 from .messages import requeue_abandoned
+from .recall import SeatRecall
 
 __all__ = ["RELEASED_SUBJECT", "SeatsRole", "service"]
 
@@ -80,6 +83,7 @@ class SeatsRole:
         self.dispatcher: Dispatcher | None = None
         self.watch: EstateWatch | None = None
         self.released_sub: Any = None
+        self.memory = SeatMemory(ctx)  # AG-7: hydrated before the seat's consumers attach
 
     # -- what the hooks read ---------------------------------------------------------------------
 
@@ -180,6 +184,7 @@ class SeatsRole:
             secrets=snap.secret_values,
             mcp=self.surface,
             budgets=self.budgets(),
+            recall=SeatRecall(ctx, self.memory, lambda: provs),  # AG-8
         )
         await self.reconcile_mcp(snap)
         if old is not None and old is not provs:
@@ -251,14 +256,24 @@ class SeatsRole:
             owner=ctx.owner,
             protocol=PROTOCOL_VERSION,
             ttl=timedelta(seconds=ctx.cfg.coordination.lease_ttl_seconds),
-            on_acquire=dispatcher.on_acquire,
-            on_release=dispatcher.on_release,
+            on_acquire=functools.partial(self.acquire, dispatcher),
+            on_release=functools.partial(self.release, dispatcher),
             on_quiesce=dispatcher.on_quiesce,
             on_resume=dispatcher.on_resume,
             policy=policy,
             on_released=self.announce_release,
         )
         return host, fair
+
+    async def acquire(self, dispatcher: Dispatcher, handle: str, epoch: int) -> None:
+        """The memory step (AG-7: raising releases the seat ``acquire_failed``), then the attach."""
+        await self.memory.hydrate(handle)
+        await dispatcher.on_acquire(handle, epoch)
+
+    async def release(self, dispatcher: Dispatcher, handle: str, reason: str) -> None:
+        """Detach the seat, then forget its memory watermark and scratch cache (AG-7)."""
+        await dispatcher.on_release(handle, reason)
+        self.memory.release(handle)
 
     async def announce_release(self, handle: str, reason: str) -> None:
         """Tell the fleet of a voluntary release at once (ours), so a successor claims within

@@ -2,7 +2,8 @@
 
 The offline provider is deterministic and rule-driven: ``rules[]`` each ``{when, steps, final}``
 plus ``default: {final}``. This module checks the file's shape and its templates: ``args`` and
-``final`` may use only the placeholders CO-15 lists, and ``result[n]`` must name an earlier step.
+``final`` may use only the placeholders CO-15 lists (and ``memory.recalled``, AG-8: the first entry
+of the prompt's ``Personal memory``), and ``result[n]`` must name an earlier step.
 What the provider *does* with the rules lives with the provider, not here.
 """
 
@@ -31,7 +32,7 @@ __all__ = [
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _ALLOWED = re.compile(
-    r"^(trigger\.(text|first_line|work_item\.key|sender)|seat\.handle|seat\.managers\[0\]"
+    r"^(trigger\.(text|first_line|work_item\.key|sender)|seat\.handle|seat\.managers\[0\]|memory\.recalled"
     r"|seat\.reports\[\d+\]|result\[(?P<step>\d+)\]\.[A-Za-z_][A-Za-z0-9_]*)$"
 )
 

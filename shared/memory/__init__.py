@@ -12,6 +12,7 @@ from shared.estate.domains.memory import (
     TABLES,
     diary_id,
     memory_subject,
+    parse_subject,
 )
 
 from ._cache import HYDRATE_WITHIN, HydrationFailed, ScratchCache, hydrate_on_data_node, hydrate_scratch
@@ -36,4 +37,5 @@ __all__ = [
     "hydrate_on_data_node",
     "hydrate_scratch",
     "memory_subject",
+    "parse_subject",
 ]

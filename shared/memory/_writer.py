@@ -90,6 +90,9 @@ class MemoryWriter:
         self._metrics = metrics
         self._clock = clock
         self._floors: dict[str, int] = {}
+        self.listeners: list[Callable[[str, int, dict[str, Any] | None, int], None]] = []
+        """Called as ``listener(subject, seq, row or None, at)`` after each write the broker took
+        (a satellite's scratch cache applies its own acknowledged writes this way, AG-7)."""
         self._task: asyncio.Task[None] | None = None
         self._gauge()
 
@@ -116,11 +119,11 @@ class MemoryWriter:
         except AppendUnanswered:
             landed = await self._landed(subject, rec.op_id)
             if landed:
-                return self._written(handle, subject, landed)
+                return self._written(handle, subject, landed, row, rec.at)
             return self._defer(subject, row, immutable=True)
         except Refused:
             return self._defer(subject, row, immutable=True)
-        return self._written(handle, subject, seq)
+        return self._written(handle, subject, seq, row, rec.at)
 
     async def update(
         self,
@@ -159,7 +162,7 @@ class MemoryWriter:
                 continue
             except (AppendUnanswered, Refused):
                 return self._defer(subject, new, immutable=False)
-            return self._written(handle, subject, landed)
+            return self._written(handle, subject, landed, new, rec.at)
         return MemoryWrite("contended", subject)
 
     async def delete(self, handle: str, table: str, natural_key: tuple[str, ...]) -> MemoryWrite:
@@ -173,7 +176,7 @@ class MemoryWriter:
             seq, _dup = await self._log.append(rec, expect=None)
         except (AppendUnanswered, Refused):
             return self._defer(subject, None, immutable=False)
-        return self._written(handle, subject, seq)
+        return self._written(handle, subject, seq, None, rec.at)
 
     # -- floors -----------------------------------------------------------------------------------------
 
@@ -227,7 +230,7 @@ class MemoryWriter:
                 break
             self.outbox.done(w.subject, w.queued_at)
             if seq:
-                self._floors[handle] = max(self._floors.get(handle, 0), seq)
+                self._written(handle, w.subject, seq, w.row, self._now_us())
             gone += 1
         self._gauge()
         return gone
@@ -265,8 +268,15 @@ class MemoryWriter:
     def _now_us(self) -> int:
         return int(self._clock() * 1_000_000)
 
-    def _written(self, handle: str, subject: str, seq: int) -> MemoryWrite:
+    def _written(
+        self, handle: str, subject: str, seq: int, row: dict[str, Any] | None, at: int
+    ) -> MemoryWrite:
         self._floors[handle] = max(self._floors.get(handle, 0), seq)
+        for listener in list(self.listeners):
+            try:
+                listener(subject, seq, row, at)
+            except Exception as e:  # noqa: BLE001 — a listener never fails the write
+                _log.warning("memory_listener_failed", subject=subject, error=f"{type(e).__name__}: {e}")
         return MemoryWrite("written", subject, seq)
 
     def _collapsed(self, subject: str, table: str, seq: int) -> MemoryWrite:

@@ -6,8 +6,10 @@ step as one tool call (id ``offline-<n>``, ``n`` the step's index), and after th
 from ``default`` when no rule matches) the rule's ``final`` as a text answer. ``args`` and
 ``final`` are templates over ``trigger.text``, ``trigger.first_line``,
 ``trigger.work_item.key``, ``trigger.sender``, ``seat.handle``, ``seat.managers[0]``,
-``seat.reports[n]`` and ``result[n].<field>`` (the parsed JSON result of step ``n``); the config
-seam already refused any other placeholder. A value that is absent (no manager, a failed step
+``seat.reports[n]``, ``result[n].<field>`` (the parsed JSON result of step ``n``) and
+``memory.recalled`` (the first entry of the prompt's ``Personal memory`` section, AG-8: what the
+seat's recall put before it, so a demo turn can quote a line it remembered); the config seam
+already refused any other placeholder. A value that is absent (no manager, a failed step
 without that field) renders as "".
 
 Everything it writes is visibly not a model's work (CO-15): the final text and every string
@@ -34,6 +36,7 @@ conversation yields byte-identical answers.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -131,6 +134,7 @@ class OfflineProvider(LlmProvider):
             return self._review(request, context, rule)
         results = _step_results(request)
         done = len(results)
+        context = _with_memory(context, request)
         steps = [s for s in rule.steps if s.tool != "submit_review"] if rule is not None else []
         if _later_iteration(request):
             steps = []  # the prior-work ledger says they happened (CO-30)
@@ -233,7 +237,35 @@ def _submit_call(request: ChatRequest, summary: str, *, acted: bool) -> ToolCall
     return ToolCall(f"{_SUBMIT_ID}{len(refusals) + 1}", "submit_work", args)
 
 
+_MEMORY_HEADING = "## Personal memory\n\n"
+
+
+def _with_memory(context: RequestContext, request: ChatRequest) -> RequestContext:
+    """``context`` with the recalled line in ``_recalled`` (see :func:`_recalled`)."""
+    recalled = _recalled(request)
+    return _Recalling(**{f: getattr(context, f) for f in context.__dataclass_fields__}, recalled=recalled)
+
+
+def _recalled(request: ChatRequest) -> str:
+    """The first ``- `` line of the first user message's ``Personal memory`` section, or ""."""
+    first = next((m for m in request.messages if isinstance(m, UserMessage)), None)
+    if first is None or _MEMORY_HEADING not in first.text:
+        return ""
+    body = first.text.split(_MEMORY_HEADING, 1)[1].split("\n## ", 1)[0]
+    line = next((ln for ln in body.splitlines() if ln.startswith("- ")), "")
+    return line[2:].strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Recalling(RequestContext):
+    """A request context plus the line recall put in the prompt (``{memory.recalled}``)."""
+
+    recalled: str = ""
+
+
 def _lookup(path: str, context: RequestContext, results: dict[int, Any]) -> str:
+    if path == "memory.recalled":
+        return context.recalled if isinstance(context, _Recalling) else ""
     simple = {
         "trigger.text": context.text,
         "trigger.first_line": context.first_line,

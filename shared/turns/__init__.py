@@ -21,6 +21,7 @@ from ._prompt import (
     build_prompt,
     prefetch_knowledge,
 )
+from ._recall import REFRESH_MEMORY, RecallOpener, TurnRecall, refresh_memory_tool
 from ._recorder import MemoryRecorder, TurnRecorder
 from ._result import (
     REDELIVER_ERROR_KINDS,
@@ -52,6 +53,9 @@ __all__ = [
     "PREFETCH_HITS",
     "PREFETCH_QUERY_CHARS",
     "REDELIVER_ERROR_KINDS",
+    "REFRESH_MEMORY",
+    "RecallOpener",
+    "TurnRecall",
     "Decision",
     "ErrorKind",
     "BudgetGate",
@@ -80,6 +84,7 @@ __all__ = [
     "merge_triggers",
     "partition",
     "prefetch_knowledge",
+    "refresh_memory_tool",
     "reply_obligation",
     "review_chain_keys",
     "work_key",

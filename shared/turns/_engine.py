@@ -17,6 +17,7 @@ from shared import telemetry
 from shared.config import OrgModel
 from shared.tools import ToolRegistry
 
+from ._recall import RecallOpener, TurnRecall
 from ._recorder import TurnRecorder
 
 __all__ = ["BudgetGate", "Engine", "Fence", "ToolSurface"]
@@ -71,6 +72,8 @@ class Engine(Protocol):
     budgets: BudgetGate | None
     max_iterations: int
     clock: Callable[[], float]
+    recall: RecallOpener | None
+    recalls: dict[str, TurnRecall]
 
     def clean(self, text: str) -> str:
         """Strip control characters (tab and newlines stay) and redact secret values (CO-16)."""

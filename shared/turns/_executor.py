@@ -67,6 +67,7 @@ from shared.tools import ToolRegistry, Workspace, builtin_tools
 
 from ._engine import BudgetGate, Fence, ToolSurface
 from ._errors import SeatNotRunnable
+from ._recall import RecallOpener, TurnRecall, refresh_memory_tool
 from ._recorder import TurnRecorder
 from ._result import TurnResult
 from ._run import TurnRun
@@ -120,6 +121,9 @@ class TurnEngine:
             ``turn_engine.max_iterations`` (CO-30).
         clock: Monotonic seconds, for a scheduled task's ``timeout_seconds`` (CO-33); None for
             :func:`time.monotonic` (tests pass a stepped clock).
+        recall: Opens each turn's memory sections at its start (AG-8,
+            :mod:`shared.turns._recall`); with one, ``refresh_memory`` joins the surface. None: no
+            memory sections.
 
     .. versionchanged:: 0.1 ``max_iterations`` and ``clock`` (issue 14).
     """
@@ -142,6 +146,7 @@ class TurnEngine:
         budgets: BudgetGate | None = None,
         max_iterations: int | None = None,
         clock: Callable[[], float] | None = None,
+        recall: RecallOpener | None = None,
     ) -> None:
         self.org = org
         self.providers = providers
@@ -158,6 +163,10 @@ class TurnEngine:
         self.budgets = budgets
         self.max_iterations = max_iterations or org.company.turn_engine.max_iterations
         self.clock = clock if clock is not None else time.monotonic
+        self.recall = recall
+        self.recalls: dict[str, TurnRecall] = {}  # turn id -> its recall, while it runs (AG-8)
+        if recall is not None:
+            self.tools = ToolRegistry([*self.tools, refresh_memory_tool(self.recalls.get)])
 
     def seat(self, handle: str) -> Seat:
         """Return the agent seat ``handle``.

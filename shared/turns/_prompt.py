@@ -6,7 +6,8 @@ surface, in this order (keys orig): ``identity``, ``company_context``, ``backgro
 ``your_turn``, ``available_tools``. So it is byte-stable for one seat within one epoch, and a
 provider's prefix cache hits it on every turn (CO-17).
 
-The user message holds what depends on the trigger: ``task`` (rendered per trigger type) and
+The user message holds what depends on the trigger: ``task`` (rendered per trigger type), the
+turn's memory sections (AG-8: ``personal_memory``, ``similar_prior_work``, ``counterparties``) and
 ``relevant_knowledge`` (the prefetch). CO-17 lists ``relevant_knowledge`` among the system
 sections but also asks for a byte-stable system prompt; the two cannot both hold, and we keep
 the stable prefix (ours). An empty section is left out. Each section is ``## <title>\\n\\n
@@ -248,8 +249,9 @@ def build_prompt(
     knowledge: Sequence[dict[str, Any]] = (),
     work_item: dict[str, Any] | None = None,
     mcp_servers: Sequence[str] = (),
+    memory: Sequence[tuple[str, str, str]] = (),
 ) -> Prompt:
-    """Render a seat's prompt for one trigger (CO-17).
+    """Render a seat's prompt for one trigger (CO-17, AG-8).
 
     Args:
         org: The pinned org snapshot.
@@ -261,6 +263,7 @@ def build_prompt(
         work_item: The trigger's item as the workspace returned it, or None.
         mcp_servers: The seat's started MCP servers, by name (CO-34); the section is left out
             when there are none.
+        memory: The turn's recall sections ``(key, title, body)`` (AG-8), rendered after the task.
 
     Returns:
         The prompt and its sections.
@@ -269,6 +272,7 @@ def build_prompt(
     user, user_sections = _render(
         [
             ("task", "Task", _task(trigger, work_item)),
+            *memory,
             ("relevant_knowledge", "Relevant knowledge", _knowledge(knowledge)),
         ]
     )

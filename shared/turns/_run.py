@@ -182,8 +182,15 @@ class TurnRun(Phases):
             output_tokens=r.output_tokens,
             duration_ms=round(r.duration_seconds * 1000, 1),
         )
-        await self._record("turn_finished", r)
+        await self._finished(r)
         return r
+
+    async def _finished(self, r: TurnResult) -> None:
+        """Record the finished turn; then its recall hears how it ended (AG-8, never raises)."""
+        await self._record("turn_finished", r)
+        recall = self.e.recalls.pop(self.turn_id, None)
+        if recall is not None:
+            await recall.settled(r, self.item)
 
     # -- iterations (CO-30, CO-31) -------------------------------------------------------------
 
@@ -364,6 +371,12 @@ class TurnRun(Phases):
         if self.e.prefetch:
             query = self.trigger.text or str((self.item or {}).get("title", ""))
             knowledge = await prefetch_knowledge(self.workspace, self.trigger, query=query)
+        memory: list[tuple[str, str, str]] = []
+        if self.e.recall is not None:  # AG-8: opened once, here, so every iteration has the same bytes
+            recall = await self.e.recall(self.seat, self.trigger, self.turn_id)
+            if recall is not None:
+                self.e.recalls[self.turn_id] = recall
+                memory = list(recall.sections)
         return build_prompt(
             self.e.org,
             self.seat,
@@ -372,6 +385,7 @@ class TurnRun(Phases):
             knowledge=knowledge,
             work_item=self.item,
             mcp_servers=self.mcp_servers,
+            memory=memory,
         )
 
     def _conclude(self) -> None:

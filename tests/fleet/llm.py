@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.llm_servers import Reply, finish_reply, is_review, openai_tools
+from tests.support.llm_servers import Reply, finish_reply, is_review, openai_text, openai_tools
 
 __all__ = ["FleetLLM", "Request"]
 
@@ -63,6 +63,9 @@ class FleetLLM:
         self.tool_seats: set[str] = set()
         self.asks: dict[str, str] = {}
         self.rate_limited: set[str] = set()
+        self.memory_filter: Any = None  # AG-8: (listing text) -> the filter's answer ("2", "none")
+        self.filter_requests: list[str] = []  # the user text of every memory filter call
+        self.reviews: dict[str, list[str]] = {}  # seat -> decisions its next reviews give, in order
         self.seen: list[Request] = []
         self._cond = threading.Condition()
         self._stopping = threading.Event()
@@ -114,10 +117,21 @@ class FleetLLM:
 
     def _answer(self, body: dict[str, Any], authorization: str = "") -> tuple[Reply, float]:
         messages = body["messages"]
+        if str(messages[0]["content"]).startswith("## Memory filter"):  # AG-8's auxiliary filter
+            listing = str(messages[-1]["content"])
+            with self._cond:
+                self.filter_requests.append(listing)
+            answer = self.memory_filter(listing) if self.memory_filter is not None else "none"
+            return openai_text(answer), 0.0
         match = _HANDLE.search(str(messages[0]["content"]))
         seat = match.group(1) if match else "?"
         if is_review(body):
-            return openai_tools(("submit_review", {"decision": "done", "notes": "ok"})), 0.0
+            with self._cond:
+                queued = self.reviews.get(seat) or []
+                decision = queued.pop(0) if queued else "done"
+            return openai_tools(
+                ("submit_review", {"decision": decision, "notes": f"review: {decision}"})
+            ), 0.0
         text = str(messages[-1].get("content") or "")
         # a turn's first round: not after a tool result, and not a later executor iteration (its
         # prompt carries the prior-work ledger, CO-30), so one turn is one first round

@@ -115,7 +115,7 @@ def test_golden_path_over_a_real_provider_wire(
         assert len(triage_reqs) == 2 and len(lead_reqs) == 2
         first = triage_reqs[0]
         assert wire.auth(first.headers) == "test-key"
-        assert wire.tool_names(first.body) == list(BUILTIN_TOOL_NAMES)
+        assert wire.tool_names(first.body) == [*BUILTIN_TOOL_NAMES, "refresh_memory"]  # AG-8
         schema = wire.tool_schema(first.body, "create_work_item")
         assert schema["required"] == ["project", "title"] and "assignee" in schema["properties"]
         assert issue_title() in wire.user_text(first.body)

@@ -114,9 +114,20 @@ def test_the_json_it_reads_needs_the_token(node: Node) -> None:
     """Every API path the script calls answers 401 without a token and with a wrong one, 200 with it."""
     js = (STATIC / "app.js").read_text()
     called = sorted(set(re.findall(r'api\(\s*[`"](/[^`"$]*)', js)))
-    assert called == ["/events/trace/", "/fleet", "/fleet?inbox=true", "/turns?limit=50", "/work?limit=100"]
+    assert called == [
+        "/agents/",
+        "/events/trace/",
+        "/fleet",
+        "/fleet?inbox=true",
+        "/turns?limit=50",
+        "/work?limit=100",
+    ]
+    filled = {
+        "/agents/": "/agents/lead/memory",
+        "/events/trace/": "/events/trace/0af7651916cd43dd8448eb211c80319c",
+    }
     for path in called:
-        path = path + "0af7651916cd43dd8448eb211c80319c" if path.endswith("/") else path
+        path = filled.get(path, path)
         assert node.get(path, token=None).status_code == 401, path
         assert node.get(path, token="wrong-token-wrong-token-wrong").status_code == 401, path
         r = node.get(path, token=TOKEN)
@@ -130,6 +141,10 @@ def test_the_json_it_reads_needs_the_token(node: Node) -> None:
         assert box is not None and set(box) == {"pending", "ack_pending", "redelivered"}, seat
         assert all(isinstance(v, int) and v >= 0 for v in box.values()), seat
     assert "inboxes" not in node.get("/fleet").json()  # the counters are asked only when wanted
+    memory = node.get("/agents/lead/memory").json()  # the Seats tab's Memory panel (AG-9)
+    assert memory["handle"] == "lead" and set(memory["personal_memories"]) == {"long", "short"}
+    page = (STATIC / "index.html").read_text()
+    assert 'id="memory-panel"' in page and 'id="memory-table"' in page
 
 
 def test_the_page_ships_with_the_package() -> None:

@@ -2,6 +2,7 @@
 // Reads the token-guarded JSON routes of the node serving this page:
 //   GET /fleet?inbox=true  (Nodes, Seats)   GET /turns?limit=50 (Turns)
 //   GET /work?limit=100    (Work)           GET /events/trace/{id} (the trace view)
+//   GET /agents/{handle}/memory (the Seats tab's Memory panel, AG-9)
 // Every value is written with textContent or a DOM attribute, never parsed as markup.
 "use strict";
 
@@ -156,26 +157,74 @@ async function showNodes() {
   $("fleet-summary").textContent = parts.join(" · ");
 }
 
+let memorySeat = null; // the seat whose Memory panel is open (AG-9)
+
+function memoryCell(seat) {
+  const td = document.createElement("td");
+  const b = el("button", "Memory", "memory-button");
+  b.type = "button";
+  b.setAttribute("data-memory", seat);
+  b.addEventListener("click", () => {
+    memorySeat = seat;
+    refresh();
+  });
+  td.appendChild(b);
+  return td;
+}
+
 async function showSeats() {
   const v = await api("/fleet?inbox=true");
   const inboxes = v.inboxes || {};
   const depth = (seat, key) => (inboxes[seat] ? inboxes[seat][key] : null);
   const rows = (v.seats || []).map((s) =>
     row(
-      [cell(s.seat, "mono"), s.node, s.epoch, depth(s.seat, "pending"), depth(s.seat, "ack_pending"), age(s.renewed_at)],
+      [
+        cell(s.seat, "mono"), s.node, s.epoch, depth(s.seat, "pending"), depth(s.seat, "ack_pending"),
+        age(s.renewed_at), memoryCell(s.seat),
+      ],
       { "data-seat": s.seat, "data-owner": s.node },
     ),
   );
   for (const seat of v.unowned_seats || []) {
     rows.push(
-      row([cell(seat, "mono"), cell("unowned", "warn"), null, depth(seat, "pending"), depth(seat, "ack_pending"), null], {
-        "data-seat": seat,
-        "data-owner": "",
-      }),
+      row(
+        [cell(seat, "mono"), cell("unowned", "warn"), null, depth(seat, "pending"), depth(seat, "ack_pending"), null,
+          memoryCell(seat)],
+        { "data-seat": seat, "data-owner": "" },
+      ),
     );
   }
   rows.sort((a, b) => a.getAttribute("data-seat").localeCompare(b.getAttribute("data-seat")));
   fillTable("seats-table", rows, "No seat.");
+  if (memorySeat) await showMemory(memorySeat);
+}
+
+function written(r) {
+  const t = r.created_at || r.ended_at || (r.written_at_us ? r.written_at_us / 1e6 : null);
+  return t ? new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) : null;
+}
+
+async function showMemory(seat) {
+  // AG-9: the seat's diary (long, then short with expiry), its newest episodes; a section the node
+  // could not read is named under the title
+  const v = await api(`/agents/${encodeURIComponent(seat)}/memory`);
+  $("memory-panel").hidden = false;
+  $("memory-title").textContent = `Memory of ${v.handle}`;
+  const pm = v.personal_memories || { long: [], short: [] };
+  const errs = (v.errors || []).map((e) => `${e.section} unreadable`);
+  $("memory-summary").textContent = [
+    `${pm.long.length} long and ${pm.short.length} short diary entries`,
+    `${(v.episodes || []).length} episodes`,
+    `${(v.counterparty_profiles || []).length} counterparty profiles`,
+    `${(v.synthesized_skills || []).length} skills`,
+    ...errs,
+  ].join(" · ");
+  const rows = [
+    ...pm.long.map((r) => row(["diary", written(r), r.retrieval_count ?? 0, r.content])),
+    ...pm.short.map((r) => row([r.expired ? "diary (short, expired)" : "diary (short)", written(r), r.retrieval_count ?? 0, r.content])),
+    ...(v.episodes || []).map((e) => row(["episode", written(e), null, `${e.work_key || ""}: ${e.task_summary || ""} → ${e.review_outcome || ""}`])),
+  ];
+  fillTable("memory-table", rows, "Nothing remembered yet.");
 }
 
 function grafanaLink(traceId) {
