@@ -404,21 +404,18 @@ class SeatHost:
             await self._hook(self._on_released, handle, reason)
 
     def nudge(self) -> None:
-        """Run the next placement sweep now rather than on its timer (a peer released a seat).
-
-        The policy's claim limits still hold: a nudged sweep spends the same per-window budget.
-        """
+        """Run the next placement sweep now (a peer released a seat); it spends the same claim budget."""
         self._nudged.set()
 
     async def _give_up(self, handle: str, grant: Grant, reason: str) -> None:
+        released = True
         async with self._lock(handle):
             try:
-                if not await self._leases.release(grant):  # lapsed or taken: nothing handed back
-                    _log.warning("seat_release_lapsed", seat=handle, epoch=grant.epoch, reason=reason)
-                    return
+                released = await self._leases.release(grant)  # False: lapsed or taken, nothing handed back
             except CoordinationUnavailable as e:  # it lapses at the TTL on its own
                 _log.warning("seat_release_unknown", seat=handle, epoch=grant.epoch, error=str(e))
-        _log.info("seat_released", seat=handle, epoch=grant.epoch, reason=reason)
+        event = "seat_released" if released else "seat_release_lapsed"
+        _log.info(event, seat=handle, epoch=grant.epoch, reason=reason)
 
     # -- placement ---------------------------------------------------------------------------
 
