@@ -79,6 +79,7 @@ from . import (
     turns_cli,
     work_cli,
 )
+from ._help import plain_help
 
 __all__ = ["app", "main"]
 
@@ -363,6 +364,7 @@ app.command("send")(send_cli.send)
 app.command("turns")(turns_cli.turns_cmd)
 app.command("turn")(turns_cli.turn_cmd)
 app.command("migrate")(migrate_cli.migrate)
+plain_help(app)  # last: --help shows every text above without its spec ids
 
 
 def main() -> None:
