@@ -20,6 +20,7 @@ a warning: its seats read as stopped until a revision adds one (CO-3).
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from ._offline_script import validate_offline_script_data
 from ._yaml import read_yaml_mapping
 
 __all__ = [
+    "DOCUMENT_LIMIT",
     "company_json_schema",
     "inert_paths",
     "load_company_file",
@@ -51,6 +53,28 @@ __all__ = [
 # services.workers.scheduler), and so are ``llm_review`` and ``turn_engine.max_iterations`` (CO-30,
 # shared.turns), so they are no longer listed.
 _P1_COMPANY: tuple[str, ...] = ()
+
+DOCUMENT_LIMIT = 8 * 1024 * 1024
+"""The largest company document, in bytes of its JSON (as ``crewlet config import`` sends it): the
+node's request body cap (``shared.runtime.MAX_BODY_BYTES``), so a document ``crewlet validate``
+passes is one the node takes (issue 38: a 10 MB document printed ``valid:`` and the node refused it)."""
+
+
+def _too_large(data: Mapping[str, Any], file: str) -> Issue | None:
+    try:
+        size = len(json.dumps(data, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    except (ValueError, RecursionError):
+        return None  # the shape checks name what is wrong with it
+    if size <= DOCUMENT_LIMIT:
+        return None
+    return Issue(
+        file,
+        "",
+        "out_of_range",
+        f"the document is {size} bytes as JSON; the limit is {DOCUMENT_LIMIT} (8 MiB)",
+    )
+
+
 _P1_ROLE: tuple[str, ...] = ()
 _P1_UNIT: tuple[str, ...] = ()
 
@@ -64,7 +88,8 @@ def validate_company_data(
     ``out_of_range``, ``invalid``) and every deep finding (dangling or name-only references,
     duplicate handles, unit ids, project/space keys and webhook sources, manager cycles as
     ``conflict``, unknown provider keys, provider requirements, placement selectors, webhook
-    routes that do not end on an agent seat). ``${NAME}`` references are kept verbatim.
+    routes that do not end on an agent seat). ``${NAME}`` references are kept verbatim. A
+    document over :data:`DOCUMENT_LIMIT` bytes of JSON is refused alone (``out_of_range``).
 
     Args:
         data: The parsed YAML document (not modified).
@@ -79,6 +104,8 @@ def validate_company_data(
     """
     if not isinstance(data, Mapping):
         return None, [Issue(file, "", "shape", "top level must be a mapping")]
+    if (big := _too_large(data, file)) is not None:
+        return None, [big]
     work: dict[str, Any] = copy.deepcopy(dict(data))
     issues = drop_p2(work, file) if compat else []
     try:

@@ -657,11 +657,13 @@ def test_public_names() -> None:
         [
             "CREWLET_AGENT_NS",
             "DEFAULT_DELIVERY_HEADER",
+            "DOCUMENT_LIMIT",
             "HANDLE_PATTERN",
             "KEY_PATTERN",
             "LABEL_KEY_PATTERN",
             "NODE_ID_PATTERN",
             "OFFLINE_MODEL",
+            "PERSONA_LIMIT",
             "SOURCE_PATTERN",
             "Company",
             "CompanyRole",
