@@ -56,6 +56,7 @@ from ._config_node import (
     summary_header,
 )
 from ._config_offline import import_offline, offline_store_dir
+from ._node_api import clean
 
 __all__ = ["absolute_scripts", "app", "change_line", "check_document"]
 
@@ -177,7 +178,7 @@ def show(url: _Url = DEFAULT_URL, token: _Token = "", as_json: _Json = False) ->
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for label, value in rows:
-        grid.add_row(label, Text(value))
+        grid.add_row(label, Text(clean(value)))  # the company's names are untrusted text
     console().print(grid)
 
 
