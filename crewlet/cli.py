@@ -142,11 +142,12 @@ def _print_issues(issues: list[Issue], *, as_json: bool, tier: str) -> None:
         typer.echo(i.line(), err=i.severity == "error")
 
 
-def _validate_company(path: str, *, compat: bool) -> tuple[Any, Any, list[Issue]]:
-    """Validate a company file (and its offline scripts); return ``(company, org, issues)``."""
+def _validate_company(path: str, *, compat: bool, env: bool = False) -> tuple[Any, Any, list[Issue]]:
+    """Validate a company file (and its offline scripts); return ``(company, org, issues)``; with
+    ``env``, every ``${NAME}`` this process's environment leaves unset is a warning too."""
     from shared.config import OrgModel, validate_company_file
 
-    company, issues = validate_company_file(path, compat=compat)
+    company, issues = validate_company_file(path, compat=compat, env=os.environ if env else None)
     if company is None:
         return None, None, issues
     return company, OrgModel.from_company(company), issues
@@ -213,7 +214,7 @@ def validate(
             issues += e.issues
     if company is not None:
         tiers.append("company")
-        issues += _validate_company(company, compat=compat)[2]
+        issues += _validate_company(company, compat=compat, env=True)[2]
     _print_issues(issues, as_json=as_json, tier="+".join(tiers) or "unknown")
     if any(i.severity == "error" for i in issues):
         raise typer.Exit(EXIT_INVALID)

@@ -48,6 +48,7 @@ from ._company_validate import (
     load_company_file,
     offline_script_issues,
     resolve_secrets,
+    unresolved_issues,
     validate_company_data,
     validate_company_file,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "load_offline_script",
     "offline_script_issues",
     "resolve_secrets",
+    "unresolved_issues",
     "validate_company_data",
     "validate_company_file",
     "validate_offline_script_data",

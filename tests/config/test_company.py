@@ -703,6 +703,7 @@ def test_public_names() -> None:
             "load_offline_script",
             "offline_script_issues",
             "resolve_secrets",
+            "unresolved_issues",
             "validate_company_data",
             "validate_company_file",
             "validate_offline_script_data",
