@@ -18,7 +18,8 @@ What :func:`call` guards, so that every command gets it:
   missing '<key>'``.
 - **terminal escapes in the data** (issue-tracker titles, seat replies, webhook text are
   untrusted): :func:`clean` and :func:`clean_view` replace control characters (ESC, OSC, C0 but
-  newline and tab, DEL, C1) with a visible ``\\xNN`` and lone surrogates with U+FFFD; every printer
+  newline and tab, DEL, C1) with a visible ``\\xNN``, bidirectional controls with ``\\u202e`` and
+  lone surrogates with U+FFFD; every printer
   is handed a cleaned view. ``--json`` output stays JSON (which escapes them itself).
 """
 
@@ -63,16 +64,24 @@ Need = Mapping[str, type | tuple[type, ...]]
 LINE = 200
 """Most characters of a line that quotes what a foreign server answered."""
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_BIDI = "\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_BIDI}]")
+_CONTROL_LINE = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TYPE_NAMES = {list: "a list", dict: "an object", str: "a string", int: "a number", float: "a number"}
 
 
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def clean(text: str, *, one_line: bool = False) -> str:
     """``text`` safe for a terminal: every control character (ESC, BEL, CR, DEL, C1, ...) but newline
-    and tab as a visible ``\\xNN``, a lone surrogate as U+FFFD; with ``one_line`` newline and tab too."""
-    text = (_CONTROL_LINE if one_line else _CONTROL).sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    and tab as a visible ``\\xNN``, a bidirectional control (U+202A..U+202E, U+2066..U+2069, which
+    reorder what follows: issue 38) as ``\\u202e``, a lone surrogate as U+FFFD; with ``one_line``
+    newline and tab too."""
+    text = (_CONTROL_LINE if one_line else _CONTROL).sub(_escape, text)
     return _SURROGATE.sub("\ufffd", text)
 
 

@@ -52,7 +52,8 @@ def _print_view(view: dict[str, Any], out: Console) -> None:
         nodes.add_row(n["node"], n["peer"], n["kind"], ",".join(n.get("roles", [])), voter)
     out.print(nodes)
     if group:
-        title = f"metadata group {group['cluster']} (leader {group['leader'] or 'none'}, as {view['group_from']} sees it)"
+        name = group["cluster"] or "(one server, not clustered)"
+        title = f"metadata group {name} (leader {group['leader'] or 'none'}, as {view['group_from']} sees it)"
         table = Table(title=title)
         for col in ("voter", "peer", "leader", "current", "offline", "seen (s ago)"):
             table.add_column(col)

@@ -83,6 +83,7 @@ from . import (
     usage_cli,
     work_cli,
 )
+from ._help import plain_help
 
 __all__ = ["app", "main"]
 
@@ -146,11 +147,12 @@ def _print_issues(issues: list[Issue], *, as_json: bool, tier: str) -> None:
         typer.echo(i.line(), err=i.severity == "error")
 
 
-def _validate_company(path: str, *, compat: bool) -> tuple[Any, Any, list[Issue]]:
-    """Validate a company file (and its offline scripts); return ``(company, org, issues)``."""
+def _validate_company(path: str, *, compat: bool, env: bool = False) -> tuple[Any, Any, list[Issue]]:
+    """Validate a company file (and its offline scripts); return ``(company, org, issues)``; with
+    ``env``, every ``${NAME}`` this process's environment leaves unset is a warning too."""
     from shared.config import OrgModel, validate_company_file
 
-    company, issues = validate_company_file(path, compat=compat)
+    company, issues = validate_company_file(path, compat=compat, env=os.environ if env else None)
     if company is None:
         return None, None, issues
     return company, OrgModel.from_company(company), issues
@@ -217,7 +219,7 @@ def validate(
             issues += e.issues
     if company is not None:
         tiers.append("company")
-        issues += _validate_company(company, compat=compat)[2]
+        issues += _validate_company(company, compat=compat, env=True)[2]
     _print_issues(issues, as_json=as_json, tier="+".join(tiers) or "unknown")
     if any(i.severity == "error" for i in issues):
         raise typer.Exit(EXIT_INVALID)
@@ -369,6 +371,7 @@ app.command("turns")(turns_cli.turns_cmd)
 app.command("turn")(turns_cli.turn_cmd)
 app.command("usage")(usage_cli.usage_cmd)
 app.command("migrate")(migrate_cli.migrate)
+plain_help(app)  # last: --help shows every text above without its spec ids
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ fleet; these commands talk to it through a node's API (``GET``/``PUT /config``,
 ``/config/revisions...``, CO-27):
 
 - ``import FILE [--summary S] [--dry-run] [--compat] [--if-match ID]``: a new active revision
-  (``PUT /config``); ``--dry-run`` validates on the node and lists what would change.
+  (``PUT /config``); ``--dry-run`` validates on the node and lists what would change. The node's
+  warnings are printed, one per ``${NAME}`` neither its secret store nor its environment holds
+  (issue 38); with ``--offline`` this shell's environment is asked instead.
 - ``import FILE --offline --data-dir D`` (or ``--node F``): no node running; the revision is stored in
   the node's store and the fleet's pointer moves to it at that node's next start (FL-109). A scratch
   store (``store.scratch: true`` in the node file, or the ``.scratch`` mark a scratch node leaves) is
@@ -36,12 +38,15 @@ The commands are here; the node client in :mod:`crewlet._config_node`, the local
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
+
+from shared.config import unresolved_issues
 
 from ._config_document import absolute_scripts, check_document, org_rows
 from ._config_node import (
@@ -56,6 +61,7 @@ from ._config_node import (
     summary_header,
 )
 from ._config_offline import import_offline, offline_store_dir
+from ._node_api import clean
 
 __all__ = ["absolute_scripts", "app", "change_line", "check_document"]
 
@@ -126,6 +132,9 @@ def import_cmd(
         fail(["nothing was imported"])
     if offline:
         assert data_dir is not None
+        applied = company.model_dump(mode="json", exclude_unset=True)
+        for i in unresolved_issues(applied, os.environ, file=str(file), where="this shell's environment"):
+            typer.echo(i.line(), err=True)  # no node to ask: this shell is the best guess
         # keep the converted document; the revision carries the compat flag for its apply (CO-43)
         stored = company.model_dump(mode="json", exclude_unset=True) if compat else document
         import_offline(data_dir, absolute_scripts(stored, file.resolve().parent), summary, compat=compat)
@@ -177,7 +186,7 @@ def show(url: _Url = DEFAULT_URL, token: _Token = "", as_json: _Json = False) ->
     grid.add_column(style="bold")
     grid.add_column(overflow="fold")
     for label, value in rows:
-        grid.add_row(label, Text(value))
+        grid.add_row(label, Text(clean(value)))  # the company's names are untrusted text
     console().print(grid)
 
 

@@ -4,7 +4,8 @@
   [--json]`` sends ``POST /seats/{handle}/messages`` (grant ``work:write``) with ``{"text", "kind":
   "message"|"task", "work_item"?}`` and prints the ``message_id`` the node answers (202).
 - ``--wait`` then polls ``GET /messages/{id}`` (grant ``state:read``) every 0.25 s until the status
-  ends (``queued``/``running`` are not ends):
+  ends (``queued``/``running`` are not ends); while it waits, each new error of an attempt that will
+  be retried is printed as it appears (``still queued: llm_unavailable: ... (retry in 30 s)``):
 
   - ``answered``: prints the seat's reply (the turn's final artifact, CO-8/CO-31), exit 0;
   - ``failed`` / ``dead_lettered``: prints the status, ``error_kind`` and ``error``, exit 1;
@@ -40,7 +41,7 @@ from rich.console import Console
 
 from ._node_api import JsonFlag, Token, Url, call, clean, clean_view
 
-__all__ = ["ENDED", "TIMEOUT", "send"]
+__all__ = ["ENDED", "TIMEOUT", "last_error", "send"]
 
 TIMEOUT = 15.0
 """Seconds each request waits for the node."""
@@ -65,21 +66,48 @@ def _get(url: str, token: str, message_id: str, out: Console) -> tuple[int, Any]
     )
 
 
-def _wait(url: str, token: str, message_id: str, timeout: float, out: Console) -> tuple[int, dict[str, Any]]:
+def last_error(record: dict[str, Any]) -> str | None:
+    """The line saying why a message that has not ended is still waiting, or None when nothing failed.
+
+    E.g. ``still queued: llm_unavailable: no member of the chain has a usable key (retry in 30 s,
+    turn T)``: what ``GET /messages/{id}`` records after an attempt that will be retried (issue 38).
+    """
+    if not record.get("error") and not record.get("error_kind"):
+        return None
+    line = f"still {record.get('status', 'queued')}: {record.get('error_kind') or 'error'}: {record.get('error') or ''}"
+    extra = (
+        [f"retry in {record['retry_in_seconds']:g} s"]
+        if isinstance(record.get("retry_in_seconds"), int | float)
+        else []
+    )
+    extra += [f"turn {record['turn_id']}"] if record.get("turn_id") else []
+    return clean(line.rstrip(": ") + (f" ({', '.join(extra)})" if extra else ""), one_line=True)
+
+
+def _wait(
+    url: str, token: str, message_id: str, timeout: float, out: Console, *, tell: Console | None = None
+) -> tuple[int, dict[str, Any]]:
     """Poll ``GET /messages/{id}`` until its status ends or ``timeout`` s pass; return (code, record).
 
     Code 0 on a final record, 3 on timeout (the caller maps it), the :func:`call` code on a refusal.
-    A transient 503 (the message store electing a leader) is retried until the deadline.
+    A transient 503 (the message store electing a leader) is retried until the deadline. With
+    ``tell``, each new :func:`last_error` of the waiting message is printed there as it appears.
     """
     deadline = time.monotonic() + timeout
     record: dict[str, Any] = {"message_id": message_id, "status": "queued"}
     quiet = Console(quiet=True)  # transient refusals (503 while a store elects) are retried quietly
+    told: tuple[Any, ...] | None = None
     while True:
         code, got = _get(url, token, message_id, quiet)
         if code == 0 and isinstance(got, dict):
             record = got
             if record.get("status") in ENDED:
                 return 0, record
+            why = last_error(record)
+            attempt = tuple(record.get(f) for f in ("status", "error_kind", "error", "turn_id"))
+            if tell is not None and why is not None and attempt != told:
+                tell.print(why)  # a new attempt's error: say it once, as it appears
+                told = attempt
         elif code == 2 or got is None:
             _get(url, token, message_id, out)  # print why
             return code or 1, record
@@ -173,15 +201,18 @@ def _wait_and_print(
     """``send --wait``: wait up to ``limit`` seconds for the message's turn, print its reply or why not,
     and exit (0 answered; 1 unreachable, failed or dead-lettered; 2 still queued or running)."""
     shown, who = clean(message_id, one_line=True), clean(handle, one_line=True)
-    code, record = _wait(url, token, message_id, limit, err)
+    code, record = _wait(url, token, message_id, limit, err, tell=None if as_json else err)
     if as_json:
         typer.echo(json.dumps(record, indent=2))
     record = clean_view(record)
     status = record.get("status")
     if code == 3:
         turn = f" (turn {record['turn_id']})" if record.get("turn_id") else ""
+        why = last_error(record)
         err.print(
-            f"message {shown} is still {status}{turn} after {limit:g} s; it stays in {who}'s inbox: "
+            f"message {shown} is still {status}{turn} after {limit:g} s"
+            + (f" ({why.removeprefix(f'still {status}: ')})" if why else "")
+            + f"; it stays in {who}'s inbox: "
             f"ask again with GET {url.rstrip('/')}/messages/{quote(message_id, safe='')} (grant state:read)"
         )
         raise typer.Exit(2)

@@ -3,8 +3,10 @@
 - ``crewlet work list [--status S] [--assignee H] [--project P] [--limit N] [--json]`` prints
   ``GET /work`` (grant ``state:read``; newest first, ``limit`` 1..100, default 20) as a table: key,
   status, priority, assignee, title, updated (UTC, RFC 3339).
-- ``crewlet work show KEY [--json]`` prints ``GET /work/{key}``: the item's fields, its body and its
-  comments (author, instant, text).
+- ``crewlet work show KEY [--comments-offset N] [--comments-limit M] [--history-offset N]
+  [--history-limit M] [--json]`` prints ``GET /work/{key}``: the item's fields, its body, its comments
+  (author, instant, text) and its history, each oldest first, one page (the newest 20 by default)
+  under a heading saying ``showing N of M`` when there are more.
 - ``crewlet work create PROJECT TITLE [--body] [--type] [--priority] [--assignee] [--label ...]``
   posts ``POST /work`` (grant ``work:write``; the item is authored ``operator:<token id>``, an
   assignee seat is woken) and prints ``KEY created: TITLE (assignee H)``.
@@ -101,10 +103,29 @@ def print_item(view: dict[str, Any], out: Console) -> None:
         out.print("body:", markup=False)
         out.print(str(view["body"]), markup=False)
     comments = view.get("comments") or []
-    out.print(f"comments ({len(comments)}):", markup=False)
+    out.print(_heading("comments", view, len(comments)), markup=False)
     for c in comments:
         out.print(f"- {c.get('created_at', '')} {c.get('author', '?')}: {c.get('body', '')}", markup=False)
+    history = view.get("history") or []
+    out.print(_heading("history", view, len(history)), markup=False)
+    for h in history:
+        fields = ", ".join(f"{k}={v}" for k, v in (h.get("fields") or {}).items())
+        out.print(f"- {h.get('at', '')} {h.get('actor', '?')} {h.get('kind', '')}: {fields}", markup=False)
     _lag(view, out)
+
+
+def _heading(what: str, view: dict[str, Any], shown: int) -> str:
+    """``comments (showing 20 of 50, from #31, oldest first; --comments-offset N for others):``."""
+    total = view.get(f"{what}_total")
+    if not isinstance(total, int):  # a node from before issue 38 says no total
+        return f"{what} ({shown}):"
+    if shown >= total:
+        return f"{what} ({total}, oldest first):"
+    first = int(view.get(f"{what}_offset") or 0) + 1
+    return (
+        f"{what} (showing {shown} of {total}, #{first}..#{first + shown - 1}, oldest first; "
+        f"--{what}-offset N --{what}-limit M for others):"
+    )
 
 
 @app.command("list")
@@ -136,18 +157,37 @@ def list_cmd(
     )
 
 
+_Offset = Annotated[
+    int | None, typer.Option(min=0, help="From this entry, 0 = the oldest (default: the newest page)")
+]
+_Limit = Annotated[int, typer.Option(min=1, max=100, help="At most this many (1..100)")]
+
+
 @app.command("show")
 def show_cmd(
     key: Annotated[str, typer.Argument(help="The item's key, e.g. SUP-1")],
+    comments_offset: _Offset = None,
+    comments_limit: _Limit = 20,
+    history_offset: _Offset = None,
+    history_limit: _Limit = 20,
     url: Url = "http://127.0.0.1:8080",
     token: Token = "",
     as_json: JsonFlag = False,
 ) -> None:
-    """Show one work item: its fields, body and comments (CO-24)."""
+    """Show one work item: its fields, body, comments and history, oldest first (CO-24).
+
+    The newest 20 comments and history entries are shown; the headings say how many there are
+    ("showing 20 of 50") and ``--comments-offset``/``--history-offset`` page through the rest.
+    """
+    query: dict[str, Any] = {"comments_limit": comments_limit, "history_limit": history_limit}
+    for name, value in (("comments_offset", comments_offset), ("history_offset", history_offset)):
+        if value is not None:
+            query[name] = value
     show(
         url,
         token,
         "/work/{key}",
+        query=query,
         parts={"key": key},
         need={"key": str},
         as_json=as_json,

@@ -3,13 +3,42 @@
 ``json.loads`` turns ``"\\ud800"`` (a lone UTF-16 surrogate) into a Python string that SQLite,
 NATS and every UTF-8 encoder refuse. Such a string may arrive through an HTTP body or through a
 model's tool call; wherever it is found it is refused naming its field, before anything is written.
+
+Some text can be written but should not be *shown* as it is (issue 38): a bidirectional override or
+isolate (U+202A..U+202E, U+2066..U+2069) makes ``\u202etxt.exe`` read as ``exe.txt``, and a NUL
+ends the string for C readers. :func:`hidden_character` finds them; names people read (file
+paths, work item titles, the company name) refuse them, naming the field.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["not_text", "safe_text"]
+__all__ = ["HIDDEN_CHARACTERS", "hidden_character", "not_text", "safe_text"]
+
+HIDDEN_CHARACTERS = frozenset(["\x00", *map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A))])
+"""NUL and the bidirectional embeddings, overrides and isolates (U+202A..U+202E, U+2066..U+2069)."""
+
+
+def hidden_character(text: str) -> str | None:
+    """Why ``text`` would not be shown as it reads, or None.
+
+    Args:
+        text: A name people read (a path, a title).
+
+    Returns:
+        E.g. ``"holds U+202E (a bidirectional control, which reorders how the text is shown) at
+        character 1"``, or ``"holds NUL (U+0000) at character 3"``; None when it holds neither.
+    """
+    for i, ch in enumerate(text, 1):
+        if ch in HIDDEN_CHARACTERS:
+            if ch == "\x00":
+                return f"holds NUL (U+0000) at character {i}"
+            return (
+                f"holds U+{ord(ch):04X} (a bidirectional control, which reorders how the text is "
+                f"shown) at character {i}"
+            )
+    return None
 
 
 def safe_text(text: str) -> str:

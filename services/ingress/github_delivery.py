@@ -17,6 +17,7 @@ from typing import Any
 from shared import estate, logs
 from shared.router import EstateRouter, router_of
 from shared.runtime import NodeContext
+from shared.text import HIDDEN_CHARACTERS
 from shared.tools import publish_comment_wakes
 
 from .github import GitHubEvent, directed_targets, seat_logins, tracker_change
@@ -43,7 +44,10 @@ def _fit(text: str, url: str, limit: int = TEXT_LIMIT) -> str:
 
 
 def _title(ev: GitHubEvent) -> str:
-    title = ev.title.strip() or f"GitHub {ev.kind}"
+    """The item's title from GitHub's: a NUL or bidirectional control written as its escape (the
+    tracker refuses them in titles, issue 38), cut to :data:`TITLE_LIMIT` characters."""
+    title = "".join(f"\\u{ord(c):04x}" if c in HIDDEN_CHARACTERS else c for c in ev.title).strip()
+    title = title or f"GitHub {ev.kind}"
     return title if len(title) <= TITLE_LIMIT else title[: TITLE_LIMIT - 1] + "…"
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from fastapi import HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from shared import control, logs
-from shared.config import offline_script_issues, validate_company_data
+from shared.config import offline_script_issues, unresolved_issues, validate_company_data
+from shared.coordination import CoordinationUnavailable
 from shared.runtime import NodeContext, api_error
 
 __all__ = [
@@ -268,6 +270,21 @@ def _validated(
     return document, issues
 
 
+async def _unresolved(ctx: NodeContext, document: dict[str, Any]) -> list[dict[str, Any]]:
+    """One warning per ``${NAME}`` this node's apply would leave empty: neither its secret store nor
+    its environment holds it (issue 38: an unset LLM key activated silently)."""
+    env = dict(os.environ)
+    store = ctx.extras.get("secret_store")
+    if store is not None:
+        try:
+            resolved, _unopenable = await store.resolve()
+        except CoordinationUnavailable:
+            return []  # the store could not be asked: no guess at what it holds
+        env.update(resolved)
+    where = f"{ctx.node_id}'s secret store or environment"
+    return [i.as_dict() for i in unresolved_issues(document, env, where=where)]
+
+
 async def commit(
     ctx: NodeContext,
     request: Request,
@@ -287,7 +304,7 @@ async def commit(
     admit_write(ctx)
     rec = reconciler(ctx)
     document, issues = _validated(ctx, document, summary, compat)
-    warnings = [i.as_dict() for i in issues]
+    warnings = [i.as_dict() for i in issues] + await _unresolved(ctx, document)
     try:
         if base is None:
             epoch, active_id, current = await active_of(rec)

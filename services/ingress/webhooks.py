@@ -4,6 +4,13 @@ Used by ``POST /webhooks/inbound/{source}`` (``services/ingress/api/routes/webho
 body's signature was checked (:mod:`services.ingress.signatures`): :func:`parse_payload` reads the
 body as a JSON object that can be forwarded, :func:`deliver` claims the delivery id once and
 publishes the ``external_notification`` to the routed seat's inbox.
+
+What is published is bounded (issue 38): the text the seat's model reads is at most
+:data:`TEXT_LIMIT` (32 000) characters, as an API message's (a longer one is cut, with a note
+saying so; the whole body still rides in ``payload.body``), and the event must fit one broker
+message (:data:`EVENT_LIMIT`): a body whose event would not is refused 413 ``body_too_large``
+naming the limit before anything is claimed or published — it answered 500 when the broker
+refused the publish.
 """
 
 from __future__ import annotations
@@ -14,11 +21,18 @@ import re
 from typing import Any
 
 from shared import logs
+from shared.broker import MIN_MAX_PAYLOAD
 from shared.runtime import NodeContext, api_error
 
 from .triggers import TriggerPublisher, claim_delivery
 
-__all__ = ["deliver", "parse_payload"]
+__all__ = ["EVENT_LIMIT", "TEXT_LIMIT", "deliver", "fit_text", "parse_payload"]
+
+TEXT_LIMIT = 32_000
+"""Most characters of a webhook's text handed to the seat (an API message's limit, CO-8)."""
+EVENT_LIMIT = MIN_MAX_PAYLOAD - 64 * 1024
+"""Most bytes of the published payload: one broker message (8 MiB, FL-3) less room for the
+envelope's other fields and headers."""
 
 _log = logs.get("ingress.webhook")
 
@@ -55,6 +69,38 @@ def parse_payload(body: bytes) -> dict[str, Any]:
     return payload
 
 
+def fit_text(text: str) -> str:
+    """``text`` within :data:`TEXT_LIMIT` characters; a cut one ends with a note saying so.
+
+    Args:
+        text: The text at the webhook's ``text_pointer``.
+
+    Returns:
+        ``text`` itself when short enough, else its start and ``[cut: the webhook text is N
+        characters; the whole body is in the event's payload.body]``, 32 000 characters in all.
+    """
+    if len(text) <= TEXT_LIMIT:
+        return text
+    note = f"\n\n[cut: the webhook text is {len(text)} characters; the whole body is in the event's payload.body]"
+    return text[: TEXT_LIMIT - len(note)] + note
+
+
+def _check_fits(payload: dict[str, Any]) -> None:
+    """Refuse a payload that would not fit one broker message.
+
+    Raises:
+        HTTPException: 413 ``body_too_large`` naming the size and :data:`EVENT_LIMIT`.
+    """
+    size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > EVENT_LIMIT:
+        raise api_error(
+            413,
+            "body_too_large",
+            f"the event this body makes is {size} bytes as JSON; one event holds at most {EVENT_LIMIT} "
+            "bytes (a broker message is 8 MiB): send a smaller body",
+        )
+
+
 async def deliver(
     ctx: NodeContext,
     publisher: TriggerPublisher,
@@ -68,12 +114,26 @@ async def deliver(
 ) -> dict[str, Any]:
     """Claim ``delivery`` once and publish it to ``seat``'s inbox as ``webhook:<source>``.
 
+    ``text`` is cut to :data:`TEXT_LIMIT` characters (:func:`fit_text`).
+
     Returns:
         ``{"status": "duplicate", "delivery"}`` when the delivery was taken before (its claim, or
         the inbox stream's window when the claim failed open, FL-33); else ``{"status":
         "accepted", "seat", "event_id", "trace_id"}``. A failed publish releases the claim, so the
         sender's retry is not a duplicate.
+
+    Raises:
+        HTTPException: 413 ``body_too_large`` when the event would not fit one broker message
+            (nothing claimed or published).
     """
+    event_payload = {
+        "source": f"webhook:{source}",
+        "text": fit_text(text),
+        "body": payload,
+        "event": event,
+        "delivery": delivery,
+    }
+    _check_fits(event_payload)
     claim = await claim_delivery(
         ctx, f"webhook.{source}.{hashlib.sha256(delivery.encode()).hexdigest()[:40]}"
     )
@@ -85,13 +145,7 @@ async def deliver(
             seat,
             type="external_notification",
             source=f"webhook:{source}",
-            payload={
-                "source": f"webhook:{source}",
-                "text": text,
-                "body": payload,
-                "event": event,
-                "delivery": delivery,
-            },
+            payload=event_payload,
             msg_id=f"webhook:{source}:{delivery}",
         )
     except Exception:

@@ -51,6 +51,7 @@ __all__ = [
     "broker_view",
     "findings",
     "group_from_jsz",
+    "lone_group",
     "member_subject",
     "peer_id",
     "plan_removal",
@@ -176,6 +177,29 @@ def group_from_jsz(meta: dict[str, Any], *, self_name: str) -> dict[str, Any]:
         )
     peers.sort(key=lambda p: (p["name"] == UNKNOWN_NAME, p["name"], p["peer"]))
     return {"cluster": str(meta.get("name") or ""), "leader": leader, "peers": peers}
+
+
+def lone_group(self_name: str) -> dict[str, Any]:
+    """The group of an embedded broker that is not clustered: its one server, voter and leader.
+
+    A single node (``crewlet run``) runs nats-server without a cluster, so there is no metadata
+    group to read: the server decides alone. Issue 38: ``fleet broker list`` said "no live member
+    to ask" and showed voter ``?`` for the one member it had just asked.
+
+    Returns:
+        The FL-147 group shape with ``cluster`` ``""`` and one peer, ``self_name``, leader and
+        current.
+    """
+    me = {
+        "name": self_name,
+        "peer": peer_id(self_name),
+        "self": True,
+        "leader": True,
+        "current": True,
+        "offline": False,
+        "active": 0.0,
+    }
+    return {"cluster": "", "leader": self_name, "peers": [me]}
 
 
 def _node_of_voter(voter: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> dict[str, Any] | None:

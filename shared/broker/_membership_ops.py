@@ -42,6 +42,7 @@ from ._membership import (
     MembershipRefused,
     broker_view,
     group_from_jsz,
+    lone_group,
     member_subject,
     peer_id,
     plan_removal,
@@ -159,7 +160,9 @@ class Membership:
     ) -> tuple[dict[str, Any] | None, str | None, str | None]:
         """Read the metadata group (FL-148).
 
-        A member takes the leader's view when the leader is a live node that answers within
+        An unclustered member (a single node's embedded broker) is its own group: one voter, the
+        leader (:func:`~shared.broker._membership.lone_group`). A clustered member takes the
+        leader's view when the leader is a live node that answers within
         :data:`GROUP_READ_WAIT` seconds, else its own; a node without a group (or whose own read
         failed) asks every live member at once and takes the first answer.
 
@@ -175,6 +178,8 @@ class Membership:
             for p in presence
             if str(p["id"]) != self.node_id and (p.get("broker") in MEMBER_KINDS or p.get("broker") is None)
         )
+        if self.kind == "member" and not self._monitor_url:  # one server, no cluster: it is the group
+            return lone_group(self.node_id), self.node_id, None
         own_error = ""
         if self.holds_group:
             try:

@@ -40,6 +40,8 @@ from ._company_types import (
     SOURCE_PATTERN,
     Cron,
     KeyOrKeys,
+    PersonaText,
+    ShownName,
     TimeZone,
     derive_slug,
     pick_llm,
@@ -288,6 +290,8 @@ class CompanyRole(_Model):
         name: Display name (required).
         handle: The stable slug; None to derive it from ``name``.
         kind: ``agent`` (a seat with an inbox) or ``human`` (addressable only).
+        goal, backstory, responsibilities, behavioral_guidelines: The persona, in every prompt of
+            the seat: each text (each list entry) at most 8 000 characters (``PERSONA_LIMIT``).
         manages: Handles or unit ids this role manages (a unit expands to all its seats).
         llm: A provider key, a fallback chain, or (P1) a per-phase mapping; None for the
             company default.
@@ -299,10 +303,10 @@ class CompanyRole(_Model):
     name: str = Field(min_length=1)
     handle: str | None = Field(None, pattern=HANDLE_PATTERN)
     kind: Literal["agent", "human"] = "agent"
-    goal: str = ""
-    backstory: str = ""
-    responsibilities: list[str] = Field(default_factory=list)
-    behavioral_guidelines: list[str] = Field(default_factory=list)
+    goal: PersonaText = ""
+    backstory: PersonaText = ""
+    responsibilities: list[PersonaText] = Field(default_factory=list)
+    behavioral_guidelines: list[PersonaText] = Field(default_factory=list)
     manages: list[str] = Field(default_factory=list)
     email: str | None = None
     llm: RoleLlm | None = None
@@ -333,8 +337,8 @@ class Unit(_Model):
     name: str = Field(min_length=1)
     type: str = "team"
     lead: str | None = None
-    purpose: str = ""
-    goals: list[str] = Field(default_factory=list)
+    purpose: PersonaText = ""
+    goals: list[PersonaText] = Field(default_factory=list)
     project: str | None = Field(None, pattern=KEY_PATTERN)
     space: str | None = Field(None, pattern=KEY_PATTERN)
     roles: list[CompanyRole] = Field(default_factory=list)
@@ -386,7 +390,10 @@ class Company(_Model):
     """The company document, Tier B (CO-1, section 6.1).
 
     Attributes:
-        name: Part of every agent id; settle it before the first run.
+        name: Part of every agent id; settle it before the first run. No NUL or bidirectional
+            control (issue 38).
+        mission, vision, policies: Persona text, each at most
+            :data:`~shared.config._company_types.PERSONA_LIMIT` characters (an entry of a list).
         timezone: The company clock, an IANA zone (``Local``/``localtime`` refused).
         policies: Full text in every executor prompt.
         providers: LLM providers (CO-3).
@@ -398,11 +405,11 @@ class Company(_Model):
             conversation in it is one turn.
     """
 
-    name: str = Field(min_length=1)
-    mission: str = ""
-    vision: str = ""
+    name: ShownName
+    mission: PersonaText = ""
+    vision: PersonaText = ""
     timezone: TimeZone = "UTC"
-    policies: list[str] = Field(default_factory=list)
+    policies: list[PersonaText] = Field(default_factory=list)
     providers: Providers
     roles: list[CompanyRole] = Field(default_factory=list)
     units: list[Unit] = Field(default_factory=list)

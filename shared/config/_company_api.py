@@ -40,12 +40,15 @@ from ._company import (
     Webhook,
     derive_slug,
 )
+from ._company_types import PERSONA_LIMIT
 from ._company_validate import (
+    DOCUMENT_LIMIT,
     company_json_schema,
     inert_paths,
     load_company_file,
     offline_script_issues,
     resolve_secrets,
+    unresolved_issues,
     validate_company_data,
     validate_company_file,
 )
@@ -63,11 +66,13 @@ from ._org import CREWLET_AGENT_NS, OrgModel, OrgUnit, Seat, agent_id
 __all__ = [
     "CREWLET_AGENT_NS",
     "DEFAULT_DELIVERY_HEADER",
+    "DOCUMENT_LIMIT",
     "HANDLE_PATTERN",
     "KEY_PATTERN",
     "LABEL_KEY_PATTERN",
     "NODE_ID_PATTERN",
     "OFFLINE_MODEL",
+    "PERSONA_LIMIT",
     "SOURCE_PATTERN",
     "Company",
     "CompanyRole",
@@ -107,6 +112,7 @@ __all__ = [
     "load_offline_script",
     "offline_script_issues",
     "resolve_secrets",
+    "unresolved_issues",
     "validate_company_data",
     "validate_company_file",
     "validate_offline_script_data",

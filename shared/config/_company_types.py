@@ -10,8 +10,10 @@ import zoneinfo
 from typing import Annotated, Any
 
 from croniter import croniter
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Tag
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 from pydantic_core import PydanticCustomError
+
+from shared.text import hidden_character
 
 __all__ = [
     "DEFAULT_DELIVERY_HEADER",
@@ -21,9 +23,12 @@ __all__ = [
     "LABEL_VALUE_PATTERN",
     "NODE_ID_PATTERN",
     "OFFLINE_MODEL",
+    "PERSONA_LIMIT",
     "SOURCE_PATTERN",
     "Cron",
     "KeyOrKeys",
+    "PersonaText",
+    "ShownName",
     "StrictModel",
     "TimeZone",
     "derive_slug",
@@ -89,6 +94,37 @@ def _check_cron(value: str) -> str:
 
 TimeZone = Annotated[str, AfterValidator(_check_timezone)]
 Cron = Annotated[str, AfterValidator(_check_cron)]
+
+PERSONA_LIMIT = 8000
+"""Most characters of one persona text (a ``goal``, ``backstory``, ``mission``, ``purpose``, one
+``responsibilities``/``behavioral_guidelines``/``goals``/``policies`` entry, ...): these ride every
+prompt of the seats they describe (issue 38: a 3 MB goal validated and was sent on every turn).
+``crewlet validate`` and the node apply the same models, so they refuse the same documents."""
+
+
+def _check_persona(value: str) -> str:
+    if len(value) > PERSONA_LIMIT:
+        raise PydanticCustomError(
+            "out_of_range",
+            "is {size} characters; the limit is {limit} (persona text is sent with every prompt)",
+            {"size": len(value), "limit": PERSONA_LIMIT},
+        )
+    return value
+
+
+def _check_shown(value: str) -> str:
+    why = hidden_character(value)
+    if why is not None:
+        raise PydanticCustomError("invalid", "{why}; write the name as it should read", {"why": why})
+    return value
+
+
+PersonaText = Annotated[
+    str, AfterValidator(_check_persona), Field(json_schema_extra={"maxLength": PERSONA_LIMIT})
+]
+"""A persona text: at most :data:`PERSONA_LIMIT` characters."""
+ShownName = Annotated[str, Field(min_length=1), AfterValidator(_check_shown)]
+"""A name people read (the company's): no NUL, no bidirectional control (:func:`shared.text.hidden_character`)."""
 
 
 def _pick_keys(value: Any) -> str | None:

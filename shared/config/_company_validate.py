@@ -20,6 +20,7 @@ a warning: its seats read as stopped until a revision adds one (CO-3).
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -37,11 +38,13 @@ from ._offline_script import validate_offline_script_data
 from ._yaml import read_yaml_mapping
 
 __all__ = [
+    "DOCUMENT_LIMIT",
     "company_json_schema",
     "inert_paths",
     "load_company_file",
     "offline_script_issues",
     "resolve_secrets",
+    "unresolved_issues",
     "validate_company_data",
     "validate_company_file",
 ]
@@ -51,6 +54,28 @@ __all__ = [
 # services.workers.scheduler), and so are ``llm_review`` and ``turn_engine.max_iterations`` (CO-30,
 # shared.turns), so they are no longer listed.
 _P1_COMPANY: tuple[str, ...] = ()
+
+DOCUMENT_LIMIT = 8 * 1024 * 1024
+"""The largest company document, in bytes of its JSON (as ``crewlet config import`` sends it): the
+node's request body cap (``shared.runtime.MAX_BODY_BYTES``), so a document ``crewlet validate``
+passes is one the node takes (issue 38: a 10 MB document printed ``valid:`` and the node refused it)."""
+
+
+def _too_large(data: Mapping[str, Any], file: str) -> Issue | None:
+    try:
+        size = len(json.dumps(data, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    except (ValueError, RecursionError):
+        return None  # the shape checks name what is wrong with it
+    if size <= DOCUMENT_LIMIT:
+        return None
+    return Issue(
+        file,
+        "",
+        "out_of_range",
+        f"the document is {size} bytes as JSON; the limit is {DOCUMENT_LIMIT} (8 MiB)",
+    )
+
+
 _P1_ROLE: tuple[str, ...] = ()
 _P1_UNIT: tuple[str, ...] = ()
 
@@ -64,7 +89,8 @@ def validate_company_data(
     ``out_of_range``, ``invalid``) and every deep finding (dangling or name-only references,
     duplicate handles, unit ids, project/space keys and webhook sources, manager cycles as
     ``conflict``, unknown provider keys, provider requirements, placement selectors, webhook
-    routes that do not end on an agent seat). ``${NAME}`` references are kept verbatim.
+    routes that do not end on an agent seat). ``${NAME}`` references are kept verbatim. A
+    document over :data:`DOCUMENT_LIMIT` bytes of JSON is refused alone (``out_of_range``).
 
     Args:
         data: The parsed YAML document (not modified).
@@ -79,6 +105,8 @@ def validate_company_data(
     """
     if not isinstance(data, Mapping):
         return None, [Issue(file, "", "shape", "top level must be a mapping")]
+    if (big := _too_large(data, file)) is not None:
+        return None, [big]
     work: dict[str, Any] = copy.deepcopy(dict(data))
     issues = drop_p2(work, file) if compat else []
     try:
@@ -141,7 +169,9 @@ def _script_issues(data: Mapping[str, Any], base: Path, file: str, compat: bool)
     return out
 
 
-def validate_company_file(path: str | Path, *, compat: bool = False) -> tuple[Company | None, list[Issue]]:
+def validate_company_file(
+    path: str | Path, *, compat: bool = False, env: Mapping[str, str] | None = None
+) -> tuple[Company | None, list[Issue]]:
     """Read and validate a company file, including its offline rules files (CO-1, CO-15).
 
     The ``crewlet validate`` entry point: it never raises for a bad document.
@@ -149,6 +179,8 @@ def validate_company_file(path: str | Path, *, compat: bool = False) -> tuple[Co
     Args:
         path: The YAML file.
         compat: See :func:`validate_company_data`.
+        env: Given (the CLI's environment), every ``${NAME}`` it leaves unset is a warning
+            naming its path (:func:`unresolved_issues`).
 
     Returns:
         ``(company, issues)`` as :func:`validate_company_data`; every issue names the file it is
@@ -160,7 +192,11 @@ def validate_company_file(path: str | Path, *, compat: bool = False) -> tuple[Co
     except ConfigInvalid as e:
         return None, list(e.issues)
     company, issues = validate_company_data(data, file=name, compat=compat)
-    issues = sort_issues([*issues, *_script_issues(data, Path(path).parent, name, compat)])
+    issues = [*issues, *_script_issues(data, Path(path).parent, name, compat)]
+    if env is not None and company is not None:  # what the apply resolves: compat's drops are gone
+        applied = company.model_dump(mode="json", exclude_unset=True)
+        issues += unresolved_issues(applied, env, file=name, where="this shell's environment")
+    issues = sort_issues(issues)
     if any(i.severity == "error" for i in issues):
         company = None
     return company, issues
@@ -215,6 +251,40 @@ def resolve_secrets(company: Company, env: Mapping[str, str]) -> tuple[Company, 
         return Company.model_validate(resolved), unresolved
     except ValidationError as e:
         raise ConfigInvalid(issues_from_error(e, file="")) from None
+
+
+def unresolved_issues(
+    data: Mapping[str, Any], env: Mapping[str, str], *, file: str = "", where: str = "this environment"
+) -> list[Issue]:
+    """One warning per ``${NAME}`` in ``data`` that ``env`` leaves unset or empty (issue 38).
+
+    Such a value is ``""`` once applied: an LLM key that is not there makes every seat on that
+    provider fail ``llm_unavailable``, and ``crewlet validate`` said "valid" and ``config import``
+    activated silently. ``${NAME:-default}`` never warns.
+
+    Args:
+        data: The company document (plain data).
+        env: Where names are looked up (the CLI's environment; the node's secret store over its).
+        file: Written into every issue.
+        where: Where ``env`` comes from, as the message says it.
+
+    Returns:
+        ``missing`` issues of severity ``warning``, each naming the path of the value, in document
+        order.
+    """
+    found: list[Issue] = []
+    present = {k: v for k, v in env.items() if v}
+
+    def on_unset(path: str, name: str) -> str:
+        message = (
+            f"${{{name}}} is not set in {where}: this value is empty once applied "
+            f"(set {name}, or store it with crewlet secrets set {name})"
+        )
+        found.append(Issue(file, path, "missing", message, "warning"))
+        return ""
+
+    resolve_tree(dict(data), present, on_unset=on_unset)
+    return found
 
 
 def company_json_schema() -> dict[str, Any]:

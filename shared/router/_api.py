@@ -118,14 +118,28 @@ class EstateCalls(abc.ABC):
         )
 
     async def get_work_item(
-        self, key: str, *, read_level: ReadLevel = "stale", min_position: str | None = None
+        self,
+        key: str,
+        *,
+        read_level: ReadLevel = "stale",
+        min_position: str | None = None,
+        pages: dict[str, int | None] | None = None,
     ) -> dict[str, Any]:
-        """``get_work_item{key}``: fields, last 20 comments, last 20 history entries.
+        """``get_work_item{key}``: fields, a page of comments and one of history entries, oldest first.
+
+        Args:
+            key: The item's key or id.
+            read_level: See :meth:`list_work_items`.
+            min_position: See :meth:`list_work_items`.
+            pages: ``comments_offset``, ``comments_limit``, ``history_offset``, ``history_limit``
+                (None or absent: the newest 20 of each); the answer carries ``comments_total``,
+                ``comments_offset``, ``history_total``, ``history_offset`` (issue 38).
 
         Raises:
-            InvalidField: malformed key; NotFound: unknown item; NobodyAnswered.
+            InvalidField: malformed key or paging argument; NotFound: unknown item; NobodyAnswered.
         """
-        return await self._run("work.get", {"key": key}, read_level=read_level, min_position=min_position)
+        args: dict[str, Any] = {"key": key, **{k: v for k, v in (pages or {}).items() if v is not None}}
+        return await self._run("work.get", args, read_level=read_level, min_position=min_position)
 
     async def create_work_item(
         self,

@@ -1,7 +1,9 @@
 """Bearer-token auth with grants (CO-27). ``/health``, ``/ready`` and webhooks are not guarded.
 
 Tokens are compared in constant time. A missing or unknown token answers 401; a token without the
-route's grant answers 403. Errors are JSON ``{"error": code, "detail": ...}``.
+route's grant answers 403. Errors are JSON ``{"error": code, "detail": ...}``. The caller is judged
+before the request's shape (:func:`check_caller`, :func:`caller_refused`): a guarded route answers an
+anonymous caller 401 whatever else is wrong with the request (issue 38).
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import HTTPException, Request
+from fastapi.responses import JSONResponse
 
 from shared.config import NodeConfig
 
-__all__ = ["CHALLENGE", "grant_of", "require_grant"]
+__all__ = ["CHALLENGE", "caller_refused", "check_caller", "grant_of", "require_grant"]
 
 _GRANTS: dict[Callable[..., Any], str] = {}
 """Each dependency :func:`require_grant` built → the grant it asks (read by the OpenAPI writer)."""
@@ -73,3 +76,42 @@ def require_grant(cfg: NodeConfig, grant: str) -> Callable[[Request], Awaitable[
 
     _GRANTS[dep] = grant
     return dep
+
+
+def _guards(dependant: Any) -> list[Callable[[Request], Awaitable[Any]]]:
+    """The :func:`require_grant` dependencies of ``dependant`` and its sub-dependencies."""
+    found = [dependant.call] if grant_of(dependant.call) is not None else []
+    for sub in dependant.dependencies:
+        found += _guards(sub)
+    return found
+
+
+async def check_caller(dependant: Any, request: Request) -> None:
+    """Run the grant checks of a route's ``dependant`` now, before anything else refuses the request.
+
+    FastAPI runs a route's dependencies in order and parses a body before any of them; a refusal
+    that comes first (an unknown query parameter, a body that is not JSON) would answer an
+    anonymous caller 400 and describe the route. Issue 38: ``GET /work?stauts=x`` without a token
+    answers 401, not a 400 listing every parameter.
+
+    Raises:
+        HTTPException: 401 ``unauthorized`` or 403 ``forbidden`` as :func:`require_grant` answers.
+    """
+    for guard in _guards(dependant):
+        await guard(request)
+
+
+async def caller_refused(request: Request) -> JSONResponse | None:
+    """The 401/403 answer a request's route gives its caller, or None when the caller may ask.
+
+    For the error renderers: a request refused for its shape is first refused for its caller when
+    the route is guarded (see :func:`check_caller`).
+    """
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is None:
+        return None
+    try:
+        await check_caller(dependant, request)
+    except HTTPException as e:
+        return JSONResponse(e.detail, status_code=e.status_code, headers=e.headers)
+    return None

@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from shared import logs
 from shared.text import not_text
 
-from ._auth import CHALLENGE, grant_of
+from ._auth import CHALLENGE, caller_refused, check_caller, grant_of
 
 __all__ = ["ALWAYS_GUARDED", "MAX_BODY_BYTES", "MAX_VERSION", "api_error", "install_error_handlers"]
 
@@ -338,10 +338,12 @@ async def refuse_unknown_query(request: Request) -> None:
     :func:`install_error_handlers`). Before this, ``GET /work?stauts=done`` listed every item as if
     no filter had been asked for (issue 17's tryout): a misspelt filter now reads as one. The
     detail is the validation shape, ``[{"path": "query.<name>", "type": "extra_forbidden",
-    "message"}]``, the message listing what the route takes.
+    "message"}]``, the message listing what the route takes. A guarded route checks the caller
+    first: without a valid token the answer is 401 (403 without the grant), never a 400 that lists
+    the route's parameters to an anonymous caller (issue 38: ``GET /work?stauts=x``).
 
     Raises:
-        HTTPException: 400 for an undeclared parameter.
+        HTTPException: 401/403 from the route's grant check; 400 for an undeclared parameter.
     """
     if not request.query_params:
         return
@@ -354,6 +356,7 @@ async def refuse_unknown_query(request: Request) -> None:
         known = _QUERY_NAMES[id(route)] = _query_names(dependant)
     unknown = sorted({k for k in request.query_params if k not in known})
     if unknown:
+        await check_caller(dependant, request)  # who may ask comes first: 401/403, then 400 (issue 38)
         takes = ", ".join(sorted(known)) or "no query parameters"
         where = f"{request.method} {getattr(route, 'path', request.url.path)}"
         raise HTTPException(
@@ -387,6 +390,8 @@ def _http_error_renderer(
         else:
             body = {"error": _STATUS_CODES.get(exc.status_code, "error"), "detail": exc.detail}
         if exc.status_code == 400 and isinstance(exc.detail, str):  # the body could not be parsed
+            if (refused := await caller_refused(request)) is not None:
+                return refused
             body = {
                 "error": "invalid_request",
                 "detail": [{"path": "body", "type": "json_invalid", "message": exc.detail}],
@@ -414,6 +419,8 @@ def _http_error_renderer(
 
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    if (refused := await caller_refused(request)) is not None:  # a body read before the guard ran
+        return refused
     detail = []
     for e in exc.errors():
         loc = [str(p) for p in e.get("loc", ()) if p != "body"]
@@ -424,6 +431,8 @@ async def _invalid(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _undecodable(request: Request, exc: Exception) -> JSONResponse:
+    if (refused := await caller_refused(request)) is not None:
+        return refused
     kind = "too deeply nested" if isinstance(exc, RecursionError) else "not UTF-8 JSON"
     return JSONResponse(
         {

@@ -293,3 +293,34 @@ def test_the_listed_exceptions_answer_without_a_token(node: Node) -> None:
                             f"{method} {path} token={token!r}: {r.status_code} {r.text[:160]}, not 401"
                         )
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_caller_is_refused_before_the_request_shape(node: Node) -> None:
+    """Issue 38: an unknown query parameter (``GET /work?stauts=x``) or a body that is not JSON,
+    sent without a token, answers 401 like any other request, not a 400 describing the route;
+    with a token lacking the grant it answers 403."""
+    wrong: list[str] = []
+    walked = 0
+    with httpx.Client(base_url=node.url, timeout=30) as client:
+        for (method, path), decision in sorted(DECISIONS.items()):
+            if not isinstance(decision, str):
+                continue
+            walked += 1
+            body = b"{not json" if method in ("POST", "PUT", "PATCH") else None
+            for token, want in ((None, 401), (_but(decision), 403)):
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                if body is not None:
+                    headers["Content-Type"] = "application/json"
+                r = client.request(method, _url(path), params={"stauts": "x"}, content=body, headers=headers)
+                if r.status_code != want:
+                    wrong.append(f"{method} {path}?stauts=x token={token!r}: {r.status_code} {r.text[:160]}")
+            r = client.request(
+                method, _url(path), params={"stauts": "x"}, headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+            if r.status_code in (401, 403):
+                wrong.append(f"{method} {path}?stauts=x with {decision}: {r.status_code} {r.text[:160]}")
+    r = httpx.get(node.url + "/work", params={"stauts": "x"}, timeout=30)
+    assert (r.status_code, r.json()["error"]) == (401, "unauthorized"), r.text
+    assert "status" not in r.text
+    assert walked >= 50, walked
+    assert not wrong, "\n".join(wrong)

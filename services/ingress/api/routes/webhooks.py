@@ -10,6 +10,9 @@ Order of checks, so a refused request stores and publishes nothing:
    constant time over the raw bytes *before* parsing;
 6. body not a JSON object (or nested too deeply, or holding lone surrogates) → 400 ``invalid_json``;
    no text at the entry's ``text_pointer`` (GitHub's ``ping``) → 200 ``ignored``, nothing published;
+   an event that would not fit one broker message (the body re-encoded, e.g. ``1e5`` numbers that
+   serialise as ``100000.0``) → 413 ``body_too_large`` naming the limit (issue 38); the text the
+   seat reads is cut to 32 000 characters, as an API message's;
 7. the delivery id (the entry's ``delivery_header``) is claimed once in the ``claims`` bucket: a
    repeat answers 200 ``{"status": "duplicate"}`` and publishes nothing. The claim fails open (FL-33):
    when the store cannot be asked the delivery is processed;

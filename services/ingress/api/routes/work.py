@@ -130,9 +130,30 @@ class WorkRoutes(EstateResource):
         return await self.read(lambda est: est.list_projects(), "projects")
 
     async def get_work(
-        self, key: str, read_level: str = "stale", min_position: str | None = None
+        self,
+        key: str,
+        read_level: str = "stale",
+        min_position: str | None = None,
+        comments_offset: int | None = Query(None, ge=0, le=MAX_OFFSET),
+        comments_limit: int = Query(20, ge=1, le=100),
+        history_offset: int | None = Query(None, ge=0, le=MAX_OFFSET),
+        history_limit: int = Query(20, ge=1, le=100),
     ) -> dict[str, Any]:
-        return await self.read(lambda est: est.get_work_item(key, **levels(read_level, min_position)))
+        """One work item; its comments and history one page each, oldest first, with their totals.
+
+        ``comments_offset``/``history_offset`` count from the oldest entry (default: the page ending
+        with the newest); ``comments_limit``/``history_limit`` 1..100 (default 20). The answer adds
+        ``comments_total``, ``comments_offset``, ``history_total`` and ``history_offset``.
+        """
+        pages = {
+            "comments_offset": comments_offset,
+            "comments_limit": comments_limit,
+            "history_offset": history_offset,
+            "history_limit": history_limit,
+        }
+        return await self.read(
+            lambda est: est.get_work_item(key, pages=pages, **levels(read_level, min_position))
+        )
 
     async def create_work(self, body: WorkCreate, response: Response, token: str = GRANTED) -> dict[str, Any]:
         res = await estate_call(

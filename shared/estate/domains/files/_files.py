@@ -15,6 +15,8 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
+from shared.text import hidden_character
+
 from ..._errors import InvalidField, NotFound, VersionConflict
 from ...log._decide import DecideCtx, Decision, anchor_of, derived_id, iso
 from ...log._ids import object_subject
@@ -44,7 +46,8 @@ def validate_path(path: str) -> str:
     """Return ``path`` when it is a relative POSIX path inside its project (CO-26).
 
     Refused: empty, longer than 512 characters, absolute (``/a``), a backslash, a ``.`` or ``..``
-    segment, an empty segment (``a//b``), or a control character.
+    segment, an empty segment (``a//b``), a control character, or a bidirectional control
+    (U+202A..U+202E, U+2066..U+2069: ``\u202etxt.exe`` reads as ``exe.txt``, issue 38).
 
     Raises:
         InvalidField: naming ``path`` with the rule it breaks.
@@ -55,6 +58,8 @@ def validate_path(path: str) -> str:
         raise InvalidField("path", f"is {len(path)} characters; the limit is {PATH_LIMIT}")
     if path.startswith("/"):
         raise InvalidField("path", f"{path!r} is absolute; give a path relative to the project")
+    if (why := hidden_character(path)) is not None:
+        raise InvalidField("path", f"{why}; a path must read as it is stored")
     if "\ufffd" in path:
         raise InvalidField("path", f"{path!r} holds bytes that are not UTF-8")
     if "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, select
 
+from shared.text import hidden_character
+
 from ..._errors import InvalidField, NotFound, TooLarge, VersionConflict
 from ...log._decide import DecideCtx, Decision, anchor_of, derived_id
 from ...log._ids import object_subject
@@ -138,6 +140,18 @@ def status_filter(value: str, *, field: str = "status") -> list[str]:
                 f"({', '.join(sorted(set(STATUS_GROUPS.values())))})",
             )
     return out
+
+
+def _title(args: dict[str, Any], *, required: bool) -> str | None:
+    """``args["title"]``: text within :data:`TITLE_LIMIT`, not blank, nothing hidden (issue 38: a NUL
+    or a bidirectional control, e.g. U+202E, would show another title than the one stored)."""
+    title = _text(args, "title", required=required, limit=TITLE_LIMIT)
+    if title is not None and not title.strip():
+        raise InvalidField("title", "must not be empty")
+    why = hidden_character(title) if title is not None else None
+    if why is not None:
+        raise InvalidField("title", f"{why}; write the title as it should read")
+    return title
 
 
 def _text(args: dict[str, Any], name: str, *, required: bool = False, limit: int = TITLE_LIMIT) -> str | None:
@@ -291,7 +305,7 @@ def decide_create(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
         InvalidField, TooLarge, NotFound: a field breaks its rule; the project or parent is unknown.
     """
     project = project_by_key(conn, str(args.get("project") or ""))
-    title = _text(args, "title", required=True)
+    title = _title(args, required=True)
     body = _text(args, "body", limit=BODY_LIMIT) or ""
     _check_common(ctx, args)
     external = check_external(args["external"]) if args.get("external") is not None else None
@@ -387,9 +401,7 @@ def decide_update(conn: Connection, ctx: DecideCtx, args: dict[str, Any]) -> Dec
         raise InvalidField("if_match", "must be the integer version you read")
     if if_match is not None and if_match != task.version:
         raise VersionConflict(f"{task.key} is at version {task.version}, not {if_match}", task.version)
-    _text(args, "title", limit=TITLE_LIMIT)
-    if args.get("title") is not None and not str(args["title"]).strip():
-        raise InvalidField("title", "must not be empty")
+    _title(args, required=False)
     _text(args, "body", limit=BODY_LIMIT)
     _check_common(ctx, args)
     changes: dict[str, Any] = {}

@@ -91,15 +91,40 @@ def comment_view(conn: Connection, comment_id: str) -> dict[str, Any]:
 _UUID_RE = re.compile(r"[0-9a-f-]{36}")
 
 
+PAGE_LIMIT = 100
+"""Most comments or history entries one ``work.get`` answer holds (``comments_limit``/``history_limit``)."""
+
+
+def _page(args: dict[str, Any], what: str, total: int) -> tuple[int, int]:
+    """``(offset, limit)`` of the ``what`` page: ``<what>_limit`` 1..100 (default 20); ``<what>_offset``
+    from the oldest entry (default: the newest ``limit`` entries)."""
+    limit, offset = args.get(f"{what}_limit"), args.get(f"{what}_offset")
+    if limit is None:
+        limit = 20
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= PAGE_LIMIT:
+        raise InvalidField(f"{what}_limit", f"must be an integer from 1 to {PAGE_LIMIT}")
+    if offset is None:
+        return max(total - limit, 0), limit
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset <= 2**53 - 1:
+        raise InvalidField(f"{what}_offset", "must be an integer from 0 (the oldest entry)")
+    return offset, limit
+
+
 def get_item(conn: sql.SqlConn, args: dict[str, Any]) -> dict[str, Any]:
-    """``get_work_item{key}``: fields, the last 20 comments and the last 20 history entries (CO-24).
+    """``get_work_item{key}``: fields, a page of its comments and of its history (CO-24).
+
+    Comments and history are each one page in chronological order (oldest first), with their
+    totals (issue 38: only the last 20 were returned, with no count and no way to page):
+    ``comments_offset``/``history_offset`` count from the oldest entry (default: the page ending
+    with the newest), ``comments_limit``/``history_limit`` 1..100 (default 20). The answer says
+    ``comments_total``, ``comments_offset``, ``history_total``, ``history_offset``.
 
     Literal SQL only (``exec_driver_sql``), so it runs on the inline read path as well
     (``EstateStore.read_inline``, issue 16): the item is found by key or id in the view's own
     query, with :func:`~shared.estate._tracker.find_task`'s checks and errors.
 
     Raises:
-        InvalidField, NotFound: malformed or unknown key.
+        InvalidField, NotFound: malformed or unknown key; a paging argument out of range.
     """
     key_or_id = str(args.get("key") or "")
     if not key_or_id:
@@ -113,8 +138,12 @@ def get_item(conn: sql.SqlConn, args: dict[str, Any]) -> dict[str, Any]:
     if t is None:
         raise NotFound("work_item", key_or_id)
     out = _task_dict(t)
+    total = sql.one(conn, "SELECT count(*) AS n FROM comments WHERE task_id = ?", (t.id,)).n
+    offset, limit = _page(args, "comments", total)
     comments = sql.rows(
-        conn, "SELECT * FROM comments WHERE task_id = ? ORDER BY position DESC LIMIT 20", (t.id,)
+        conn,
+        "SELECT * FROM comments WHERE task_id = ? ORDER BY position, id LIMIT ? OFFSET ?",
+        (t.id, limit, offset),
     )
     out["comments"] = [
         {
@@ -124,10 +153,15 @@ def get_item(conn: sql.SqlConn, args: dict[str, Any]) -> dict[str, Any]:
             "body": c.body,
             "created_at": iso(c.created_at),
         }
-        for c in reversed(comments)
+        for c in comments
     ]
+    out["comments_total"], out["comments_offset"] = total, offset
+    total = sql.one(conn, "SELECT count(*) AS n FROM task_history WHERE task_id = ?", (t.id,)).n
+    offset, limit = _page(args, "history", total)
     hist = sql.rows(
-        conn, "SELECT * FROM task_history WHERE task_id = ? ORDER BY record_seq DESC LIMIT 20", (t.id,)
+        conn,
+        "SELECT * FROM task_history WHERE task_id = ? ORDER BY record_seq LIMIT ? OFFSET ?",
+        (t.id, limit, offset),
     )
     out["history"] = [
         {
@@ -138,8 +172,9 @@ def get_item(conn: sql.SqlConn, args: dict[str, Any]) -> dict[str, Any]:
             "at": iso(h.at),
             "seq": h.record_seq,
         }
-        for h in reversed(hist)
+        for h in hist
     ]
+    out["history_total"], out["history_offset"] = total, offset
     return out
 
 
