@@ -273,7 +273,7 @@ class SeatsRole:
     async def release(self, dispatcher: Dispatcher, handle: str, reason: str) -> None:
         """Detach the seat, then forget its memory watermark and scratch cache (AG-7)."""
         await dispatcher.on_release(handle, reason)
-        self.memory.release(handle)
+        await self.memory.release(handle)
 
     async def announce_release(self, handle: str, reason: str) -> None:
         """Tell the fleet of a voluntary release at once (ours), so a successor claims within

@@ -4,8 +4,10 @@ Acquisition's memory step runs before the seat's MCP servers start and before it
 consumers attach (:meth:`SeatMemory.hydrate`, called first by the seats role's acquire hook). On a
 **data** node it reads ``CREWLET_MEMORY``'s last sequence L and waits until this node's memory
 applier is through L; on a **satellite** (``[seats]`` without ``data``) it replays the seat's subjects
-into a per-seat :class:`~shared.memory.ScratchCache` and from then on applies this node's own
-acknowledged writes to it (a listener on the node's :class:`~shared.memory.MemoryWriter`). Bound
+into a per-seat :class:`~shared.memory.ScratchCache` whose consumer stays open while the seat is
+held, so rows any node writes later (the reflect dispatcher's episodes) reach it too; this node's
+own acknowledged writes are applied at once as well (a listener on the node's
+:class:`~shared.memory.MemoryWriter`), without waiting for the consumer to deliver them. Bound
 15 s; a failure logs ``memory_hydration_failed{seat, reason}`` and raises, so the seat host releases
 the seat ``acquire_failed`` and another node takes it (FL-55). Success logs
 ``memory_hydrated{seat, rows, elapsed_ms}`` and observes ``crewlet_memory_hydration_duration_seconds``.
@@ -82,7 +84,7 @@ class SeatMemory:
             if self.on_data_node:
                 count = await self._hydrate_copy(handle)
             else:
-                cache = await memory.hydrate_scratch(self._js(), handle, within=self.within)
+                cache = await memory.hydrate_scratch(self._js(), handle, within=self.within, follow=True)
                 self.caches[handle] = cache
                 count = len(cache)
         except memory.HydrationFailed as e:
@@ -122,12 +124,14 @@ class SeatMemory:
             raise memory.HydrationFailed("broker_unreachable", "this node has no broker link")
         return link.js
 
-    def release(self, handle: str) -> None:
-        """Forget the seat's publish watermark and drop its scratch cache (AG-7)."""
+    async def release(self, handle: str) -> None:
+        """Forget the seat's publish watermark, stop following its log and drop its scratch cache (AG-7)."""
         writer = self.writer
         if writer is not None:
             writer.forget(handle)
-        self.caches.pop(handle, None)
+        cache = self.caches.pop(handle, None)
+        if cache is not None:
+            await cache.close()
 
     def _own_write(self, subject: str, seq: int, row: dict[str, Any] | None, at: int) -> None:
         parsed = memory.parse_subject(subject)

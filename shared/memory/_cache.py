@@ -54,6 +54,21 @@ class ScratchCache:
     def __init__(self, handle: str) -> None:
         self.handle = handle
         self._rows: dict[str, tuple[int, str, dict[str, Any], int]] = {}
+        self._sub: Any = None
+
+    @property
+    def following(self) -> bool:
+        """True while the replay's consumer stays open, applying every later record of the seat."""
+        return self._sub is not None
+
+    async def close(self) -> None:
+        """Stop following the log (on release); idempotent, never raises."""
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 — an ephemeral consumer left behind expires by itself
+                pass
 
     def apply(self, subject: str, seq: int, row: dict[str, Any] | None, at: int = 0) -> None:
         """Apply one record (a put, or None for a tombstone) unless an equal or newer one is held."""
@@ -82,13 +97,15 @@ class ScratchCache:
 
 
 async def hydrate_scratch(
-    js: JetStreamContext, handle: str, *, within: float = HYDRATE_WITHIN
+    js: JetStreamContext, handle: str, *, within: float = HYDRATE_WITHIN, follow: bool = False
 ) -> ScratchCache:
     """Replay ``crewlet.memory.<handle>.>`` (one record per subject: the log is compacted) into a
     fresh cache (AG-7, satellite).
 
     An ordered push consumer (ephemeral, R1, in memory) delivers the seat's subjects; its pending
-    count, read once it exists, is the promise the replay must meet. Measured here (bench figure
+    count, read once it exists, is the promise the replay must meet. With ``follow`` the consumer
+    stays open once the replay is complete, so rows any node writes later (the reflect dispatcher's
+    episodes, another holder's stamps) reach the cache too, until :meth:`ScratchCache.close`. Measured here (bench figure
     14): a push replay is 2-3x faster than fetching the same messages with a pull consumer.
 
     Raises:
@@ -145,11 +162,13 @@ async def hydrate_scratch(
                 await asyncio.wait_for(finished.wait(), timeout=min(0.5, max(0.01, deadline - now)))
             except TimeoutError:
                 pass
-    finally:
-        try:
-            await sub.unsubscribe()
-        except Exception:  # noqa: BLE001 — an ephemeral consumer left behind expires by itself
-            pass
+    except BaseException:
+        cache._sub = sub
+        await cache.close()
+        raise
+    cache._sub = sub
+    if not follow:
+        await cache.close()
     return cache
 
 

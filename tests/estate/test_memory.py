@@ -157,3 +157,23 @@ async def test_scratch_replay_holds_what_a_data_copy_holds(inproc: Any, tmp_path
 
 async def _last(log: StateLog) -> int:
     return (await log.head("memory"))[1]
+
+
+async def test_a_following_scratch_cache_sees_rows_other_nodes_write_later(inproc: Any, tmp_path: Path) -> None:
+    a, b = await inproc("fol-a"), await inproc("fol-b")
+    await writer(a, tmp_path).create("lead", "agent_diary", *diary("before the seat moved"))
+    cache = await hydrate_scratch(a.nc.jetstream(timeout=5.0), "lead", follow=True)
+    assert cache.following and len(cache) == 1
+    # another node (the reflect dispatcher's, say) writes an episode after the satellite took the seat
+    other = writer(b, tmp_path)
+    w = await other.create("lead", "episodes", ("lead", "SUP-9"), {"agent_handle": "lead", "work_key": "SUP-9"})
+    for _ in range(100):
+        if len(cache) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert [r["_seq"] for r in cache.rows(["episodes"])] == [w.seq]
+    await cache.close()
+    assert not cache.following
+    await other.create("lead", "agent_diary", *diary("after release"))
+    await asyncio.sleep(0.5)
+    assert len(cache) == 2  # released: the cache follows no more
