@@ -58,6 +58,8 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from shared.bus import AGENT_STREAM, Envelope, inbox_subject
+from shared.estate.log import StateLog
+from shared.memory import MemoryWriter, Outbox, diary_id
 
 from ._ctx import Ctx
 from ._env import (
@@ -99,6 +101,7 @@ async def _cost(
             done.setdefault(key, (time.perf_counter(), status))
 
     await nc.subscribe("$KV.crewlet_messages.>", cb=on_status)
+    await _seed_memory(js, handles(1)[0], RECALL_ROWS)
     await js.add_stream(StreamConfig(name="BENCH_PFA", subjects=["benchpfa.>"]))
     await js.add_consumer("BENCH_PFA", ConsumerConfig(durable_name="pfa", ack_policy=AckPolicy.EXPLICIT))
     psub = await js.pull_subscribe_bind(durable="pfa", stream="BENCH_PFA")
@@ -204,8 +207,46 @@ def _window_rates(times: list[float], window: float = 0.5) -> list[float]:
     return rates
 
 
+RECALL_ROWS = 60
+"""Diary entries the 5a seat holds, so recall (AG-8) has a pool to pick from (recency and word match)."""
+
+
+async def _seed_memory(js: Any, handle: str, n: int) -> None:
+    """Write ``n`` diary entries for ``handle`` as the memory writer does (AG-1)."""
+    writer = MemoryWriter(StateLog(js), node_id="bench", outbox=Outbox(None))
+    for i in range(n):
+        content = f"Bench fact {i}: filed messages go to project BEN; the reviewer wants one line per item."
+        rid = diary_id(f"agent-{handle}", content)
+        row = {"id": rid, "kind": "diary_long", "content": content, "retrieval_count": 0}
+        await writer.create(handle, "agent_diary", (rid,), {**row, "created_at": time.time()})
+
+
+def _recall_ms(node: Any) -> list[float]:
+    """``elapsed_ms`` of every ``prefetch_summary`` the node logged (AG-8: what recall added to a turn)."""
+    return [
+        float(e["elapsed_ms"])
+        for e in node.events()
+        if e.get("event") == "prefetch_summary" and isinstance(e.get("elapsed_ms"), (int, float))
+    ]
+
+
+def _recall_row(recall: list[float], engine: list[float], params: dict[str, Any]) -> Row:
+    label = "5d recall's added cost per turn (memory sections, 60 diary entries)"
+    if not recall:
+        return failed(label, "ms", "the node logged no prefetch_summary with elapsed_ms", params)
+    return row_from(
+        label,
+        "ms",
+        recall,
+        "5a's engine cost per turn (the turn it is part of)",
+        engine,
+        parameters={**params, "diary_rows": RECALL_ROWS, "embeddings": False},
+        note="ratio = the share of a turn's engine cost recall takes; no auxiliary filter model configured",
+    )
+
+
 def run(ctx: Ctx) -> list[Row]:
-    """Measure rows 5a, 5b and 5c."""
+    """Measure rows 5a, 5b, 5c and 5d."""
     rows: list[Row] = []
     n, warmup = ctx.n(15, 150), ctx.n(3, 10)
     params_a: dict[str, Any] = {
@@ -228,6 +269,7 @@ def run(ctx: Ctx) -> list[Row]:
             node = start_node(stack, root, node_id="bench-a", company=company, nats_url=srv.url)
             wait_held(node, 1, 60)
             fig, bare_rt, raw = asyncio.run(_cost(srv.url, node.url, bare, n, warmup))
+            recall = _recall_ms(node)[warmup:]
         floor = [b + r for b, r in zip(bare_rt, raw, strict=True)]
         params_a.update(
             {
@@ -245,6 +287,7 @@ def run(ctx: Ctx) -> list[Row]:
                 parameters=params_a,
             )
         )
+        rows.append(_recall_row(recall, [x * 1000 for x in fig], params_a))
     except Exception as e:  # noqa: BLE001
         rows.append(
             failed("5a engine cost per turn, zero-latency model", "ms", f"{type(e).__name__}: {e}", params_a)
