@@ -12,12 +12,16 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from services.reflect import Auxiliary, ReflectDispatcher
 from shared import broker, coordination, history, leases, logs, objects
 from shared.bus import Bus
 from shared.estate.log import StateLog
-from shared.memory import MemoryWriter, Outbox
+from shared.memory import MemoryWriter, Outbox, SeatMemory
+from shared.router import router_of
 from shared.runtime import NodeContext
 from shared.telemetry import default_metrics
+
+from .custody import emit_event
 
 __all__ = [
     "open_bus",
@@ -25,6 +29,7 @@ __all__ = [
     "open_history",
     "open_membership",
     "open_objects",
+    "open_reflect",
     "presence_meta",
     "watch_fleet",
 ]
@@ -214,3 +219,38 @@ async def close_memory(ctx: NodeContext) -> None:
     if isinstance(writer, MemoryWriter):
         await writer.stop()
         writer.outbox.close()
+
+
+async def open_reflect(ctx: NodeContext) -> Any:
+    """Join the reflect group on this node (AG-6): a :class:`services.reflect.ReflectDispatcher`
+    (``ctx.extras["reflect"]``), or None when there is no broker or memory writer, or joining failed
+    (logged ``reflect_join_failed``; the node runs on, its turns reflected by the other members)."""
+    writer = ctx.extras.get("memory")
+    if ctx.link is None or not isinstance(writer, MemoryWriter):
+        return None
+    budgets = ctx.extras.get("budgets")
+    aux = Auxiliary(
+        lambda: ctx.extras.get("snapshot"),
+        budgets=budgets,
+        emit=lambda ev: emit_event(ctx, ev),
+        node_id=ctx.node_id,
+    )
+    dispatcher = ReflectDispatcher(
+        ctx.link.js,
+        node_id=ctx.node_id,
+        org=lambda: ctx.org,
+        memory=SeatMemory(writer, router_of(ctx)),
+        aux=aux,
+        budgets=budgets,
+        emit=lambda ev: emit_event(ctx, ev),
+        has_data="data" in ctx.cfg.roles,
+    )
+    try:
+        joined = await dispatcher.start()
+    except Exception as e:  # noqa: BLE001 - logged: the other members reflect this node's turns
+        _log.warning("reflect_join_failed", error=f"{type(e).__name__}: {e}")
+        return None
+    if not joined:
+        return None
+    ctx.extras["reflect"] = dispatcher
+    return dispatcher

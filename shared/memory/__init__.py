@@ -14,6 +14,7 @@ from shared.estate.domains.memory import (
     memory_subject,
 )
 
+from ._access import MEMORY_STREAM, SeatMemory
 from ._cache import HYDRATE_WITHIN, HydrationFailed, ScratchCache, hydrate_on_data_node, hydrate_scratch
 from ._outbox import DROP_AFTER, Outbox
 from ._writer import CAS_ROUNDS, FLUSH_EVERY, MemoryWrite, MemoryWriter
@@ -24,6 +25,7 @@ __all__ = [
     "FLUSH_EVERY",
     "HYDRATE_WITHIN",
     "IMMUTABLE",
+    "MEMORY_STREAM",
     "MAX_MEMORY_RECORD",
     "MUTABLE",
     "TABLES",
@@ -32,6 +34,7 @@ __all__ = [
     "MemoryWriter",
     "Outbox",
     "ScratchCache",
+    "SeatMemory",
     "diary_id",
     "hydrate_on_data_node",
     "hydrate_scratch",

@@ -15,7 +15,7 @@ from opentelemetry import trace
 
 from shared import telemetry
 from shared.config import OrgModel
-from shared.tools import ToolRegistry
+from shared.tools import MemoryAccess, ToolRegistry
 
 from ._recorder import TurnRecorder
 
@@ -71,6 +71,7 @@ class Engine(Protocol):
     budgets: BudgetGate | None
     max_iterations: int
     clock: Callable[[], float]
+    memory: MemoryAccess | None
 
     def clean(self, text: str) -> str:
         """Strip control characters (tab and newlines stay) and redact secret values (CO-16)."""

@@ -63,7 +63,7 @@ from opentelemetry import trace
 from shared import config, telemetry
 from shared.config import OrgModel, Seat
 from shared.providers import ProviderChain, ProviderSet
-from shared.tools import ToolRegistry, Workspace, builtin_tools
+from shared.tools import MemoryAccess, ToolRegistry, Workspace, builtin_tools
 
 from ._engine import BudgetGate, Fence, ToolSurface
 from ._errors import SeatNotRunnable
@@ -120,6 +120,8 @@ class TurnEngine:
             ``turn_engine.max_iterations`` (CO-30).
         clock: Monotonic seconds, for a scheduled task's ``timeout_seconds`` (CO-33); None for
             :func:`time.monotonic` (tests pass a stepped clock).
+        memory: The seats' memory the memory tools use (:class:`shared.tools.MemoryAccess`,
+            AG-3..AG-5); None keeps none (those tools answer an error result).
 
     .. versionchanged:: 0.1 ``max_iterations`` and ``clock`` (issue 14).
     """
@@ -142,6 +144,7 @@ class TurnEngine:
         budgets: BudgetGate | None = None,
         max_iterations: int | None = None,
         clock: Callable[[], float] | None = None,
+        memory: MemoryAccess | None = None,
     ) -> None:
         self.org = org
         self.providers = providers
@@ -158,6 +161,7 @@ class TurnEngine:
         self.budgets = budgets
         self.max_iterations = max_iterations or org.company.turn_engine.max_iterations
         self.clock = clock if clock is not None else time.monotonic
+        self.memory = memory
 
     def seat(self, handle: str) -> Seat:
         """Return the agent seat ``handle``.

@@ -6,12 +6,14 @@ from shared import turns
 
 EXPECTED = [
     "BudgetGate",
+    "COMPLETED_SUBJECT",
     "Decision",
     "ErrorKind",
     "FIRST_LINE_MAX_CHARS",
     "Fence",
     "MemoryRecorder",
     "Outcome",
+    "PAYLOAD_FIELDS",
     "PREFETCH_CHARS",
     "PREFETCH_HITS",
     "PREFETCH_QUERY_CHARS",
@@ -34,12 +36,14 @@ EXPECTED = [
     "TurnStart",
     "WorkItemCharge",
     "build_prompt",
+    "completed_payload",
     "first_line",
     "merge_triggers",
     "partition",
     "prefetch_knowledge",
     "reply_obligation",
     "review_chain_keys",
+    "settled",
     "work_key",
 ]
 
