@@ -13,13 +13,17 @@ import os
 from datetime import timedelta
 from typing import Any
 
+from services.reflect import Auxiliary, ReflectDispatcher
 from shared import broker, coordination, history, leases, logs, objects, records
 from shared.bus import Bus
 from shared.estate.domains.usage import TICK, UsagePublisher
 from shared.estate.log import StateLog
-from shared.memory import MemoryWriter, Outbox
+from shared.memory import MemoryWriter, Outbox, RoutedMemory
+from shared.router import router_of
 from shared.runtime import NodeContext
 from shared.telemetry import default_metrics
+
+from .custody import emit_event
 
 __all__ = [
     "open_bus",
@@ -28,6 +32,7 @@ __all__ = [
     "open_membership",
     "open_objects",
     "open_usage",
+    "open_reflect",
     "presence_meta",
     "watch_fleet",
 ]
@@ -242,3 +247,38 @@ def open_usage(ctx: NodeContext) -> UsagePublisher | None:
     )
     publisher.start()
     return publisher
+
+
+async def open_reflect(ctx: NodeContext) -> Any:
+    """Join the reflect group on this node (AG-6): a :class:`services.reflect.ReflectDispatcher`
+    (``ctx.extras["reflect"]``), or None when there is no broker or memory writer, or joining failed
+    (logged ``reflect_join_failed``; the node runs on, its turns reflected by the other members)."""
+    writer = ctx.extras.get("memory")
+    if ctx.link is None or not isinstance(writer, MemoryWriter):
+        return None
+    budgets = ctx.extras.get("budgets")
+    aux = Auxiliary(
+        lambda: ctx.extras.get("snapshot"),
+        budgets=budgets,
+        emit=lambda ev: emit_event(ctx, ev),
+        node_id=ctx.node_id,
+    )
+    dispatcher = ReflectDispatcher(
+        ctx.link.js,
+        node_id=ctx.node_id,
+        org=lambda: ctx.org,
+        memory=RoutedMemory(writer, router_of(ctx)),
+        aux=aux,
+        budgets=budgets,
+        emit=lambda ev: emit_event(ctx, ev),
+        has_data="data" in ctx.cfg.roles,
+    )
+    try:
+        joined = await dispatcher.start()
+    except Exception as e:  # noqa: BLE001 - logged: the other members reflect this node's turns
+        _log.warning("reflect_join_failed", error=f"{type(e).__name__}: {e}")
+        return None
+    if not joined:
+        return None
+    ctx.extras["reflect"] = dispatcher
+    return dispatcher

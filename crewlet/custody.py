@@ -7,18 +7,27 @@ stream, where exactly one data node's custodian writes them (``data.origin`` / `
 
 Events emitted here: ``turn.finished`` (one per turn, from the turn records' ``on_finished`` hook)
 and ``config_revision_applied`` (the reconciler's event hook, :mod:`crewlet.node`).
+
+:func:`publish_completed` also publishes each settled turn's ``agent_turn_completed`` on
+``crewlet.events.agent_turn_completed`` (stream ``CREWLET_EVENTS``), what the reflect dispatcher
+consumes (AG-6); the broker drops a republish of the same turn (``Nats-Msg-Id``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 from typing import Any
 
 from shared import logs
 from shared.bus import CustodySender
 from shared.runtime import NodeContext
+from shared.turns import COMPLETED_SUBJECT, completed_payload, settled
 
-__all__ = ["close_custody", "emit_event", "open_custody", "turn_event"]
+__all__ = ["close_custody", "emit_event", "open_custody", "publish_completed", "turn_event"]
+
+_publishing: set[asyncio.Task[None]] = set()
 
 _log = logs.get("custody")
 
@@ -94,6 +103,36 @@ def turn_event(node_id: str, result: Any) -> dict[str, Any]:
         },
         "parties": {result.seat: "seat"},
     }
+
+
+def publish_completed(ctx: NodeContext, result: Any) -> None:
+    """Publish a settled turn's ``agent_turn_completed`` for the reflect dispatcher (AG-6).
+
+    A fenced turn, or one handed back for redelivery, is not settled and is not published. Never
+    raises: the publish runs in the background and a failure is logged
+    ``turn_completed_publish_failed`` (the turn is not reflected).
+    """
+    if ctx.link is None or not settled(result):
+        return
+    org = ctx.org
+    seat = org.seat(result.seat) if org is not None else None
+    payload = completed_payload(result, role=seat.name if seat is not None else "", node=ctx.node_id)
+    body = json.dumps(payload, default=str).encode()
+    js = ctx.link.js
+
+    async def send() -> None:
+        try:
+            await js.publish(
+                COMPLETED_SUBJECT, body, headers={"Nats-Msg-Id": f"agent_turn_completed.{result.turn_id}"}
+            )
+        except Exception as e:  # noqa: BLE001 - logged; the turn stands
+            _log.warning(
+                "turn_completed_publish_failed", turn_id=result.turn_id, error=f"{type(e).__name__}: {e}"
+            )
+
+    task = asyncio.get_running_loop().create_task(send(), name="agent-turn-completed")
+    _publishing.add(task)
+    task.add_done_callback(_publishing.discard)
 
 
 async def close_custody(ctx: NodeContext) -> None:

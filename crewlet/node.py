@@ -71,12 +71,13 @@ from ._node_links import (
     open_membership,
     open_memory,
     open_objects,
+    open_reflect,
     open_usage,
     presence_meta,
     watch_fleet,
 )
 from ._node_store import lock_store, wipe_scratch
-from .custody import close_custody, emit_event, open_custody, turn_event
+from .custody import close_custody, emit_event, open_custody, publish_completed, turn_event
 
 __all__ = ["NodeRun", "build_app", "load_roles", "run_node", "seed_revision"]
 
@@ -127,6 +128,7 @@ class NodeRun:
         self.membership: broker.Membership | None = None
         self.usage: Any = None
         self.started: list[RoleService] = []
+        self.reflect: Any = None
 
     def install_signals(self) -> None:
         """SIGTERM/SIGINT: the first drains, a second exits at once (FL-129, FL-130)."""
@@ -188,8 +190,8 @@ class NodeRun:
         )
         await self.presence.start()
         store = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
-        store.on_finished = lambda result: emit_event(ctx, turn_event(ctx.node_id, result))  # ES-78
         ctx.extras["emit_event"] = lambda ev: emit_event(ctx, ev)  # roles' own events (AG-8 prefetch_summary)
+        store.on_finished = lambda result: self.turn_finished(result)  # ES-78, AG-6
         ctx.extras["turns"] = store
         self.usage = open_usage(ctx)  # ES-69: this node's usage days, published every 15 s
         self.scatter = await open_history(ctx)  # ES-79: this node's share of fleet history reads
@@ -197,6 +199,12 @@ class NodeRun:
         await open_bus(ctx)
         open_memory(ctx)  # AG-2: every node may write memory (tools, reflect dispatcher)
         open_custody(ctx)  # ES-78: a node without data hands its events to a data node
+
+    def turn_finished(self, result: Any) -> None:
+        """A turn's record is written: its ``turn.finished`` event (ES-78) and, when it settled, its
+        ``agent_turn_completed`` for the reflect dispatcher (AG-6)."""
+        emit_event(self.ctx, turn_event(self.ctx.node_id, result))
+        publish_completed(self.ctx, result)
 
     async def settle(self, company: Any, import_company: Any) -> control.Reconciler:
         """Boot step 5: settle what the fleet runs and apply it once, before the roles start (FL-109)."""
@@ -217,6 +225,7 @@ class NodeRun:
             await role.start(ctx)
             self.started.append(role)
         ctx.boot_done = True
+        self.reflect = await open_reflect(ctx)  # AG-6: every node joins the reflect group
         self.nudge_sub = await subscribe_nudge(ctx, reconciler)
         reconciler.start()
         self.watch_task = asyncio.create_task(watch_fleet(ctx), name="fleet-role-watch")
@@ -302,6 +311,8 @@ class NodeRun:
             with contextlib.suppress(Exception):
                 await self.nudge_sub.unsubscribe()
         await self.watchdog.stop()  # FL-101: disarmed first; teardown may legitimately block
+        if self.reflect is not None:  # no new reflect pass; the memory writer flushes later
+            await self.reflect.stop()
 
     async def _close_links(self) -> None:
         """Drain step 5: flush OTLP, then close what boot opened, the broker link last."""

@@ -34,6 +34,7 @@ from shared.bus import Bus
 from shared.leases import ClaimAll, FairShare, PlacementPolicy, SeatHost, Selector
 from shared.mcp import McpPool, resolve_seat_servers, resolve_shared
 from shared.mcp import spawns as mcp_spawns
+from shared.memory import MemoryWriter, RoutedMemory
 from shared.records import TurnStore
 from shared.router import router_of
 from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
@@ -92,6 +93,14 @@ class SeatsRole:
         coordination store is open (``ctx.extras["budgets"]``, which also reports it, FL-120)."""
         found = self.ctx.extras.get("budgets")
         return found if isinstance(found, Budgets) else None
+
+    def tool_memory(self) -> RoutedMemory | None:
+        """The seats' memory the memory tools use (AG-2..AG-5): the node's writer (opened at boot,
+        ``ctx.extras["memory"]``) with reads through the router; None when no writer is open."""
+        writer = self.ctx.extras.get("memory")
+        if not isinstance(writer, MemoryWriter):
+            return None
+        return RoutedMemory(writer, router_of(self.ctx))
 
     def board(self) -> providers.CooldownBoard:
         """The node's credential cooldowns (CO-42, FL-121): one per node, outliving applies.
@@ -185,6 +194,7 @@ class SeatsRole:
             mcp=self.surface,
             budgets=self.budgets(),
             recall=SeatRecall(ctx, self.memory, lambda: provs),  # AG-8
+            memory=self.tool_memory(),  # AG-3..AG-5: the memory tools
         )
         await self.reconcile_mcp(snap)
         if old is not None and old is not provs:

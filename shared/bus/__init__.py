@@ -17,7 +17,7 @@ from ._errors import (
     StreamMismatch,
     SubjectRefused,
 )
-from ._groups import CUSTODY_GROUP, GROUPS, FleetGroup, attach_group, may_join
+from ._groups import CUSTODY_GROUP, GROUPS, REFLECT_GROUP, FleetGroup, attach_group, may_join
 from ._mailbox import Mailbox
 from ._names import (
     check_subject,
@@ -51,6 +51,7 @@ __all__ = [
     "Envelope",
     "FleetGroup",
     "GROUPS",
+    "REFLECT_GROUP",
     "Fence",
     "Grouping",
     "Mailbox",

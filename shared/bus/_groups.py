@@ -9,10 +9,11 @@ node an undeclared group (``fleet_group_undeclared``; it is joined nowhere).
 | group | stream | needs data | why |
 |---|---|---|---|
 | ``crewlet-custody`` | ``CREWLET_CUSTODY`` | yes | writes a stateless node's events into a data node's event log (ES-78) |
+| ``crewlet-reflect`` | ``CREWLET_EVENTS`` | no | turns each settled turn into memory rows through the router (AG-6) |
 
 The other groups FL-86 names are not built here, so they are not declared: nothing consumes
-``crewlet.notifications.inbound`` (webhooks wake seats through their mailboxes), there is no
-reflect group, and no wake feed reads the state logs (the trim's ``feed_ack_floor`` is ``n/a``,
+``crewlet.notifications.inbound`` (webhooks wake seats through their mailboxes), and no wake
+feed reads the state logs (the trim's ``feed_ack_floor`` is ``n/a``,
 :mod:`shared.estate.life._trim`). A unit test holds this table against the code in both directions:
 every :func:`attach_group` call names a declared group, every declared group is attached somewhere,
 and no other module creates a shared durable outside the per-seat and per-node ones.
@@ -31,12 +32,14 @@ from shared import logs
 from ._delivery import add_consumer, translate
 from ._streams import CUSTODY_STREAM
 
-__all__ = ["CUSTODY_GROUP", "GROUPS", "FleetGroup", "attach_group", "may_join"]
+__all__ = ["CUSTODY_GROUP", "GROUPS", "REFLECT_GROUP", "FleetGroup", "attach_group", "may_join"]
 
 _log = logs.get("bus.groups")
 
 CUSTODY_GROUP = "crewlet-custody"
 """The custody group's durable name (ES-78): data nodes only."""
+REFLECT_GROUP = "crewlet-reflect"
+"""The reflect dispatcher's durable name (AG-6): every node."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,14 @@ GROUPS: dict[str, FleetGroup] = {
             "crewlet.custody.>",
             needs_data=True,
             holds="events of nodes without data, written into one data node's event log (ES-78)",
+        ),
+        FleetGroup(
+            REFLECT_GROUP,
+            "CREWLET_EVENTS",
+            "crewlet.events.agent_turn_completed",
+            needs_data=False,
+            holds="settled turns, each reflected once into the seat's memory (AG-6)",
+            ack_wait=120.0,
         ),
     )
 }

@@ -298,6 +298,8 @@ class CompanyRole(_Model):
         llm_review: P1 review-phase provider (CO-30).
         placement: Fleet placement; agent seats only.
         contact: Human seats' outside identities.
+        learning_enabled: False opts this seat out of the reflect pass (AG-6 gate ``opted_out``);
+            None follows ``learning.enabled``.
     """
 
     name: str = Field(min_length=1)
@@ -317,6 +319,7 @@ class CompanyRole(_Model):
     identities: Identities | None = None
     placement: Placement | None = None
     contact: Contact | None = None
+    learning_enabled: bool | None = None
 
 
 class Unit(_Model):
@@ -386,6 +389,60 @@ class TurnEngine(_Model):
     max_iterations: int = Field(3, ge=1)
 
 
+class LearningReflect(_Model):
+    """``learning.reflect`` (AG-6, AG-15): the post-turn reflect pass.
+
+    Attributes:
+        enabled: False skips the whole pass for every seat (gate ``opted_out``).
+        persist_decider: False skips the persist decider (AG-3).
+        budget_tokens: Tokens one auxiliary call of the pass may spend (0 = uncapped).
+        summarize_episodes: ``query_episodes`` summarises through the auxiliary model (AG-4).
+        summarize_max_tokens: The summary's cap, in tokens.
+    """
+
+    enabled: bool = True
+    persist_decider: bool = True
+    budget_tokens: int = Field(5000, ge=0)
+    summarize_episodes: bool = True
+    summarize_max_tokens: int = Field(400, ge=1)
+
+
+class LearningCounterparty(_Model):
+    """``learning.counterparty`` (AG-5): the profiler.
+
+    Attributes:
+        enabled: False skips the profiler.
+        budget_tokens: Tokens one profiler call may spend (0 = uncapped).
+    """
+
+    enabled: bool = True
+    budget_tokens: int = Field(3000, ge=0)
+
+
+class Learning(_Model):
+    """The company ``learning`` block (AG-15, agent.md section 13.9); switches default on.
+
+    The reflect pass reads ``enabled``, ``reflect`` and ``counterparty``; the other sub-blocks
+    (key names as upstream's) are accepted as mappings and read by the passes that use them.
+
+    Attributes:
+        enabled: False opts every seat out of learning (AG-6 gate ``opted_out``).
+        reflect: The reflect pass (AG-6).
+        counterparty: The profiler (AG-5).
+    """
+
+    enabled: bool = True
+    reflect: LearningReflect = Field(default_factory=LearningReflect)
+    counterparty: LearningCounterparty = Field(default_factory=LearningCounterparty)
+    episodic: dict[str, int] = Field(default_factory=dict)
+    personal_memory: dict[str, int] = Field(default_factory=dict)
+    skill_synthesis: dict[str, int | float | bool] = Field(default_factory=dict)
+    skill_refinement: dict[str, int | float | bool] = Field(default_factory=dict)
+    skill_promotion: dict[str, int | float | bool] = Field(default_factory=dict)
+    skill_curator: dict[str, int | float | bool] = Field(default_factory=dict)
+    episode_lifecycle: dict[str, int | float | bool] = Field(default_factory=dict)
+
+
 class Company(_Model):
     """The company document, Tier B (CO-1, section 6.1).
 
@@ -419,6 +476,7 @@ class Company(_Model):
     token_budget: TokenBudget | None = None
     scheduling: Scheduling = Field(default_factory=Scheduling)
     turn_engine: TurnEngine = Field(default_factory=TurnEngine)
+    learning: Learning = Field(default_factory=Learning)
     notification_coalesce_window_seconds: float = Field(0, ge=0, le=60)
     notification_coalesce_max_batch: int = Field(20, ge=1, le=100)
 

@@ -1,6 +1,6 @@
 """The compatibility import of upstream company documents (CO-43).
 
-Upstream documents carry blocks crewlet does not run (P2: learning, workers, chat and other
+Upstream documents carry blocks crewlet does not run (P2: workers, chat and other
 trackers, extensions, sandboxes, skill variables, the turn engine's extension judge and
 sub-agents, ...). A strict validation refuses them as ``unknown_field`` and names them, with a
 hint that ``--compat`` drops them; the compat import drops them first, with one ``unsupported``
@@ -41,7 +41,7 @@ __all__ = ["drop_p2", "p2_hint"]
 # in compat, so a typo is never silently dropped.
 _P2_KEYS: dict[str, frozenset[str]] = {
     "company": frozenset(
-        {"workers", "learning", "knowledge", "skill_variables", "extensions", "notification_rate_limit"}
+        {"workers", "knowledge", "skill_variables", "extensions", "notification_rate_limit"}
     ),
     "providers": frozenset({"sandbox"}),
     "integrations": frozenset({"plane", "mattermost", "gitlab", "slack", "jira", "confluence"}),

@@ -15,6 +15,7 @@ from shared.estate.domains.memory import (
     parse_subject,
 )
 
+from ._access import MEMORY_STREAM, RoutedMemory
 from ._cache import HYDRATE_WITHIN, HydrationFailed, ScratchCache, hydrate_on_data_node, hydrate_scratch
 from ._outbox import DROP_AFTER, Outbox
 from ._writer import CAS_ROUNDS, FLUSH_EVERY, MemoryWrite, MemoryWriter
@@ -25,6 +26,7 @@ __all__ = [
     "FLUSH_EVERY",
     "HYDRATE_WITHIN",
     "IMMUTABLE",
+    "MEMORY_STREAM",
     "MAX_MEMORY_RECORD",
     "MUTABLE",
     "TABLES",
@@ -33,6 +35,7 @@ __all__ = [
     "MemoryWriter",
     "Outbox",
     "ScratchCache",
+    "RoutedMemory",
     "diary_id",
     "hydrate_on_data_node",
     "hydrate_scratch",

@@ -77,7 +77,10 @@ class TurnMetrics:
         )
         self.tool_calls = Counter("crewlet_tool_calls", "Tool calls.", ["seat", "tool", "status"], registry=r)
         self.memory_collapsed = Counter(
-            "crewlet_memory_collapsed", "Memory creates a first writer already made (AG-1).", ["table"], registry=r
+            "crewlet_memory_collapsed",
+            "Memory creates a first writer already made (AG-1).",
+            ["table"],
+            registry=r,
         )
         self.memory_outbox_depth = Gauge(
             "crewlet_memory_outbox_depth", "Memory writes waiting in this node's outbox (AG-2).", registry=r

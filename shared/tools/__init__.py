@@ -19,6 +19,15 @@ from ._errors import (
     WorkspaceUnavailable,
 )
 from ._knowledge import FILE_IO_LIMIT_BYTES, check_path, file_tools, knowledge_tools
+from ._memory import (
+    DIARY_KINDS,
+    EPISODE_LIMIT_MAX,
+    MAX_DIARY_CHARS,
+    SHORT_TTL_DAYS,
+    MemoryAccess,
+    memory_tools,
+    words,
+)
 from ._registry import (
     BUILTIN_TOOL_TIMEOUT_SECONDS,
     Hint,
@@ -48,10 +57,15 @@ __all__ = [
     "BUILTIN_TOOL_TIMEOUT_SECONDS",
     "COMMENT_WAKES_PER_HOUR",
     "COMMENT_WAKE_WINDOW",
+    "DIARY_KINDS",
+    "EPISODE_LIMIT_MAX",
     "FILE_IO_LIMIT_BYTES",
+    "MAX_DIARY_CHARS",
+    "SHORT_TTL_DAYS",
     "STATUSES",
     "CommentWakeReason",
     "Hint",
+    "MemoryAccess",
     "Submission",
     "Tool",
     "ToolAnnotations",
@@ -76,9 +90,11 @@ __all__ = [
     "comment_wake_targets",
     "file_tools",
     "knowledge_tools",
+    "memory_tools",
     "mentioned_handles",
     "publish_comment_wakes",
     "submit_work_tool",
     "tracker_tools",
     "validate_arguments",
+    "words",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 from ._asks import a2a_ask_tool
 from ._errors import ToolFailed
 from ._knowledge import file_tools, knowledge_tools
+from ._memory import memory_tools
 from ._registry import Submission, Tool, ToolAnnotations, ToolContext, ToolRegistry
 from ._tracker import tracker_tools
 
@@ -67,12 +68,51 @@ async def _lookup(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     wanted = query.casefold()
     handles = [s.handle for s in (*ctx.org.seats, *ctx.org.humans)]
     exact = [h for h in handles if any(i.casefold() == wanted for i in _identifiers(ctx, h))]
-    if len(exact) == 1:
-        return {"match": _profile(ctx, exact[0]), "candidates": []}
     fuzzy = exact or [h for h in handles if any(wanted in i.casefold() for i in _identifiers(ctx, h))]
-    if len(fuzzy) == 1:
-        return {"match": _profile(ctx, fuzzy[0]), "candidates": []}
+    if len(exact) == 1 or len(fuzzy) == 1:
+        handle = exact[0] if len(exact) == 1 else fuzzy[0]
+        return {
+            "match": _profile(ctx, handle),
+            "candidates": [],
+            "my_profile": await _own_profile(ctx, handle),
+        }
     return {"match": None, "candidates": [_profile(ctx, h) for h in fuzzy[:_MAX_CANDIDATES]]}
+
+
+_PROFILE_KEYS = (
+    "subject_handle",
+    "subject_external_id",
+    "subject_platform",
+    "subject_name",
+    "traits",
+    "interaction_count",
+    "first_seen_at",
+    "last_updated_at",
+    "last_work_key",
+)
+
+
+async def _own_profile(ctx: ToolContext, handle: str) -> dict[str, Any] | None:
+    """The caller's own counterparty profile of ``handle`` (AG-5), or None.
+
+    Only the caller's rows are read (``counterparty_profiles`` of ``ctx.seat``), so another seat's
+    view of the same colleague never shows. A node without memory, or an unreadable copy, answers
+    None: the lookup itself still stands.
+    """
+    memory = ctx.memory
+    if memory is None:
+        return None
+    ids = {i.casefold() for i in _identifiers(ctx, handle)}
+    try:
+        rows = await memory.rows(ctx.seat, ["counterparty_profiles"])
+    except Exception:  # noqa: BLE001 - the colleague's org profile answers without it
+        return None
+    for row in rows:
+        if row.get("observer_handle", ctx.seat) != ctx.seat:
+            continue
+        if row.get("subject_handle") == handle or str(row.get("subject_external_id") or "").casefold() in ids:
+            return {k: row.get(k) for k in _PROFILE_KEYS}
+    return None
 
 
 class _ReplyOwed(ToolFailed):
@@ -127,8 +167,8 @@ def colleague_tools() -> list[Tool]:
         Tool(
             "lookup_colleague",
             "Find a colleague by handle, name, e-mail or external id (e.g. a GitHub login). "
-            "Returns their handle, kind, unit, managers, reports and goal; an ambiguous query "
-            "returns candidates.",
+            "Returns their handle, kind, unit, managers, reports and goal, and your own notes on "
+            "them (my_profile); an ambiguous query returns candidates.",
             {
                 "type": "object",
                 "properties": {"query": {"type": "string", "minLength": 1}},
@@ -166,14 +206,15 @@ def submit_work_tool() -> Tool:
 
 
 def builtin_tools() -> ToolRegistry:
-    """Return a fresh registry holding every P0 built-in (CO-23), in catalogue order:
-    tracker, knowledge, files, colleagues, then ``submit_work``."""
+    """Return a fresh registry holding every built-in (CO-23), in catalogue order: tracker,
+    knowledge, files, colleagues, memory (AG-3, AG-4), ``a2a_ask``, then ``submit_work``."""
     return ToolRegistry(
         [
             *tracker_tools(),
             *knowledge_tools(),
             *file_tools(),
             *colleague_tools(),
+            *memory_tools(),
             a2a_ask_tool(),
             submit_work_tool(),
         ]

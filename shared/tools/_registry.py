@@ -113,6 +113,10 @@ class ToolContext:
             any item.
         deliveries: The turn's successful delivering calls so far, in order (the executor
             appends; every iteration of the turn counts).
+        memory: The seat's memory (a :class:`shared.tools.MemoryAccess`: AG-3..AG-5), or None on
+            a node that keeps none (the memory tools then answer an error result).
+        persisted: True once ``reflect_and_persist`` succeeded in this turn (the persist decider
+            skips such a turn, AG-3).
 
     .. versionchanged:: 0.1 ``reply_mode``, ``reply_surfaces``, ``reply_item``, ``deliveries``
        (issue 14, CO-31).
@@ -128,6 +132,8 @@ class ToolContext:
     reply_surfaces: tuple[str, ...] = ()
     reply_item: str = ""
     deliveries: list[Delivery] = field(default_factory=list)
+    memory: Any = None
+    persisted: bool = False
 
     def touch(self, key: str, item: dict[str, Any] | None = None) -> None:
         """Record that a successful write touched work item ``key``."""

@@ -10,6 +10,7 @@ assembly (CO-17).
 """
 
 from ._charge import WorkItemCharge
+from ._completed import COMPLETED_SUBJECT, PAYLOAD_FIELDS, completed_payload, settled
 from ._errors import SeatNotRunnable, TurnError
 from ._executor import BudgetGate, Fence, ToolSurface, TurnEngine, review_chain_keys
 from ._obligation import reply_obligation
@@ -48,7 +49,9 @@ from ._trigger import (
 )
 
 __all__ = [
+    "COMPLETED_SUBJECT",
     "FIRST_LINE_MAX_CHARS",
+    "PAYLOAD_FIELDS",
     "PREFETCH_CHARS",
     "PREFETCH_HITS",
     "PREFETCH_QUERY_CHARS",
@@ -80,12 +83,14 @@ __all__ = [
     "TurnStart",
     "WorkItemCharge",
     "build_prompt",
+    "completed_payload",
     "first_line",
     "merge_triggers",
     "partition",
     "prefetch_knowledge",
     "refresh_memory_tool",
     "reply_obligation",
+    "settled",
     "review_chain_keys",
     "work_key",
 ]

@@ -15,7 +15,7 @@ from opentelemetry import trace
 
 from shared import telemetry
 from shared.config import OrgModel
-from shared.tools import ToolRegistry
+from shared.tools import MemoryAccess, ToolRegistry
 
 from ._recall import RecallOpener, TurnRecall
 from ._recorder import TurnRecorder
@@ -74,6 +74,7 @@ class Engine(Protocol):
     clock: Callable[[], float]
     recall: RecallOpener | None
     recalls: dict[str, TurnRecall]
+    memory: MemoryAccess | None
 
     def clean(self, text: str) -> str:
         """Strip control characters (tab and newlines stay) and redact secret values (CO-16)."""

@@ -63,7 +63,7 @@ from opentelemetry import trace
 from shared import config, telemetry
 from shared.config import OrgModel, Seat
 from shared.providers import ProviderChain, ProviderSet
-from shared.tools import ToolRegistry, Workspace, builtin_tools
+from shared.tools import MemoryAccess, ToolRegistry, Workspace, builtin_tools
 
 from ._engine import BudgetGate, Fence, ToolSurface
 from ._errors import SeatNotRunnable
@@ -124,6 +124,8 @@ class TurnEngine:
         recall: Opens each turn's memory sections at its start (AG-8,
             :mod:`shared.turns._recall`); with one, ``refresh_memory`` joins the surface. None: no
             memory sections.
+        memory: The seats' memory the memory tools use (:class:`shared.tools.MemoryAccess`,
+            AG-3..AG-5); None keeps none (those tools answer an error result).
 
     .. versionchanged:: 0.1 ``max_iterations`` and ``clock`` (issue 14).
     """
@@ -147,6 +149,7 @@ class TurnEngine:
         max_iterations: int | None = None,
         clock: Callable[[], float] | None = None,
         recall: RecallOpener | None = None,
+        memory: MemoryAccess | None = None,
     ) -> None:
         self.org = org
         self.providers = providers
@@ -167,6 +170,7 @@ class TurnEngine:
         self.recalls: dict[str, TurnRecall] = {}  # turn id -> its recall, while it runs (AG-8)
         if recall is not None:
             self.tools = ToolRegistry([*self.tools, refresh_memory_tool(self.recalls.get)])
+        self.memory = memory
 
     def seat(self, handle: str) -> Seat:
         """Return the agent seat ``handle``.

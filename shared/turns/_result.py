@@ -325,6 +325,7 @@ class TurnResult:
         retry_after: Seconds before a redelivery can succeed, or None for the caller's ordinary
             backoff: for ``llm_unavailable``, the longer of the wait until some key of the chain
             is free (CO-42) and the longest ``Retry-After`` a provider sent (CO-12, FL-121).
+        persisted: True when ``reflect_and_persist`` succeeded in the turn (AG-3, AG-6).
 
     .. versionchanged:: 0.1 ``phases`` (was one ``phase``), ``review``, ``decision``,
        ``iterations`` (issue 14, CO-30); ``retry_after`` also from the providers' Retry-After.
@@ -357,6 +358,7 @@ class TurnResult:
     redact: tuple[str, ...] = field(default=(), repr=False)
     budget: dict[str, Any] | None = None
     retry_after: float | None = None
+    persisted: bool = False
 
     @property
     def phase(self) -> PhaseRecord:

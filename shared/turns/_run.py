@@ -77,6 +77,7 @@ class TurnRun(Phases):
             reply_mode=self.reply_mode,
             reply_surfaces=surfaces,
             reply_item=item,
+            memory=engine.memory,
         )
         # the turn's own surface: built-ins, plus the seat's MCP servers' meta tools and whatever
         # activate_tool brings on during the turn (CO-34); captured once, like the company (FL-116)
@@ -391,6 +392,7 @@ class TurnRun(Phases):
     def _conclude(self) -> None:
         """Settle the outcome (CO-16, CO-30..CO-32) and the work item charge (CO-19)."""
         r = self.result
+        r.persisted = self.ctx.persisted
         if not r.failed:
             if self.incomplete:
                 r.outcome = "incomplete"

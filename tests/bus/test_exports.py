@@ -12,7 +12,7 @@ def test_public_api() -> None:
             "StreamSpec", "SubjectRefused", "check_subject", "control_group", "control_subject", "dlq_subject",
             "durable_name", "inbox_group", "inbox_subject", "namespace_stream", "provision_streams",
             "wake_envelope", "CUSTODY_GROUP", "CUSTODY_STREAM", "CUSTODY_SUBJECT", "Custodian", "CustodySender",
-            "FleetGroup", "GROUPS", "attach_group", "may_join",
+            "FleetGroup", "GROUPS", "REFLECT_GROUP", "attach_group", "may_join",
         ]
     )  # fmt: skip
     for name in shared.bus.__all__:

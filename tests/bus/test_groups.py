@@ -17,7 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from shared.bus import CUSTODY_GROUP, CUSTODY_STREAM, GROUPS, STREAMS, attach_group, may_join
+from shared.bus import CUSTODY_GROUP, CUSTODY_STREAM, GROUPS, REFLECT_GROUP, STREAMS, attach_group, may_join
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = ("shared", "services", "crewlet")
@@ -28,6 +28,7 @@ NOT_GROUPS = {
     "shared/bus/_delivery.py": "the create-with-retry helper (add_consumer); its callers are scanned by name",
     "shared/estate/log/_applier.py": "one data node's own applier durable (ES-10)",
     "shared/objects/_nats.py": "an ephemeral reader of one object, R1, reaped when idle",
+    "shared/memory/_cache.py": "a satellite's ephemeral replay of one seat's memory (AG-7)",
 }
 
 
@@ -122,10 +123,11 @@ def test_may_join() -> None:
     with structlog.testing.capture_logs() as logs:
         assert may_join(CUSTODY_GROUP, has_data=True) is True
         assert may_join(CUSTODY_GROUP, has_data=False) is False
-        assert may_join("crewlet-reflect", has_data=True) is False
-        assert may_join("crewlet-reflect", has_data=False) is False
+        assert may_join(REFLECT_GROUP, has_data=False) is True  # AG-6: every node joins reflect
+        assert may_join("crewlet-undeclared", has_data=True) is False
+        assert may_join("crewlet-undeclared", has_data=False) is False
     undeclared = [e for e in logs if e["event"] == "fleet_group_undeclared"]
-    assert [e["group"] for e in undeclared] == ["crewlet-reflect", "crewlet-reflect"]
+    assert [e["group"] for e in undeclared] == ["crewlet-undeclared", "crewlet-undeclared"]
     assert [e["group"] for e in logs if e["event"] == "fleet_group_not_joined"] == [CUSTODY_GROUP]
 
 

@@ -328,7 +328,6 @@ learning: {enabled: true}
 
 SEVERAL_EXPECTED = [
     ("integrations.webhooks[0].route_to", "unknown_value"),
-    ("learning", "unknown_field"),
     ("providers.llm.default.script", "missing"),
     ("timezone", "invalid"),
     ("units[0].lead", "unknown_value"),
@@ -631,8 +630,7 @@ def test_compat_still_refuses_typos() -> None:
     data["units"][0]["roles"][0]["backstroy"] = "typo"
     data["learning"] = {"enabled": True}
     issues = check(data, compat=True)
-    assert [(i.path, i.type, i.severity) for i in issues] == [
-        ("learning", "unknown_field", "warning"),
+    assert [(i.path, i.type, i.severity) for i in issues] == [  # learning validates (AG §13.9)
         ("units[0].roles[0].backstroy", "unknown_field", "error"),
     ]
 
@@ -673,6 +671,9 @@ def test_public_names() -> None:
             "GitHubIntegration",
             "Identities",
             "Integrations",
+            "Learning",
+            "LearningCounterparty",
+            "LearningReflect",
             "LlmPhases",
             "LlmProvider",
             "McpServer",

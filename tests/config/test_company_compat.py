@@ -23,7 +23,6 @@ SHAPES = Path(__file__).parent / "data" / "compat-shapes.company.yaml"
 
 # Every block of SHAPES the compat import drops (d) or maps (m), by path: one warning each.
 SHAPES_PATHS = {
-    "learning": "d",
     "skill_variables": "d",
     "token_budget": "m",
     "turn_engine.plan_max_tool_rounds_ceiling": "d",

@@ -188,8 +188,11 @@ def test_a_satellite_works_keeps_custody_and_withdraws_while_no_data_node_answer
     assert applied, "the satellite's config_revision_applied events are in no data node's log"
     for r in applied:
         assert len([m for m in MEMBERS if _rows(fleet, m, "event_id = ?", r["event_id"])]) == 1
-    assert fleet.events("s", "fleet_group_joined") == []
-    assert all(fleet.events(m, "fleet_group_joined") for m in MEMBERS)
+    # it joins the reflect group (AG-6: every node), never custody (FL-86)
+    assert {e["group"] for e in fleet.events("s", "fleet_group_joined")} == {"crewlet-reflect"}
+    assert all(
+        [e for e in fleet.events(m, "fleet_group_joined") if e["group"] == "crewlet-custody"] for m in MEMBERS
+    )
 
     # 2. the data copies unreachable, the brokers keeping quorum: a turn under way meets it
     marks = {e: len(fleet.events("s", e)) for e in ("fleet_role_unmanned", "seats_shed_unserviceable")}

@@ -10,8 +10,13 @@ EXPECTED = [
     "COMMENT_WAKES_PER_HOUR",
     "COMMENT_WAKE_WINDOW",
     "CommentWakeReason",
+    "DIARY_KINDS",
+    "EPISODE_LIMIT_MAX",
     "FILE_IO_LIMIT_BYTES",
     "Hint",
+    "MAX_DIARY_CHARS",
+    "MemoryAccess",
+    "SHORT_TTL_DAYS",
     "STATUSES",
     "Submission",
     "Tool",
@@ -37,11 +42,13 @@ EXPECTED = [
     "comment_wake_targets",
     "file_tools",
     "knowledge_tools",
+    "memory_tools",
     "mentioned_handles",
     "publish_comment_wakes",
     "submit_work_tool",
     "tracker_tools",
     "validate_arguments",
+    "words",
 ]
 
 

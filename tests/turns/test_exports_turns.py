@@ -6,12 +6,14 @@ from shared import turns
 
 EXPECTED = [
     "BudgetGate",
+    "COMPLETED_SUBJECT",
     "Decision",
     "ErrorKind",
     "FIRST_LINE_MAX_CHARS",
     "Fence",
     "MemoryRecorder",
     "Outcome",
+    "PAYLOAD_FIELDS",
     "PREFETCH_CHARS",
     "PREFETCH_HITS",
     "PREFETCH_QUERY_CHARS",
@@ -37,6 +39,7 @@ EXPECTED = [
     "TurnStart",
     "WorkItemCharge",
     "build_prompt",
+    "completed_payload",
     "first_line",
     "merge_triggers",
     "partition",
@@ -44,6 +47,7 @@ EXPECTED = [
     "refresh_memory_tool",
     "reply_obligation",
     "review_chain_keys",
+    "settled",
     "work_key",
 ]
 

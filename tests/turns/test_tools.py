@@ -43,6 +43,8 @@ def test_builtin_catalogue_snapshot() -> None:
         "read_file": (["path", "project"], False, None, "yes"),
         "write_file": (["content", "path", "project"], True, "file", "no"),
         "lookup_colleague": (["query"], False, None, "yes"),
+        "reflect_and_persist": (["content"], False, None, "no"),
+        "query_episodes": (["query"], False, None, "yes"),
         "a2a_ask": (["brief", "handle"], True, None, "no"),
         "submit_work": (["outcome", "summary"], False, None, "yes"),
     }
