@@ -57,6 +57,9 @@ class _Owner:
     async def stamp(self, handle: str, rows: list[dict[str, Any]]) -> None:
         self.stamped += [r["content"] for r in rows]
 
+    def stamp_later(self, handle: str, rows: list[dict[str, Any]]) -> None:
+        self.stamped += [r["content"] for r in rows]
+
     def summary(self, data: dict[str, Any]) -> None:
         self.summaries.append(data)
 

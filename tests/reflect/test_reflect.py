@@ -22,6 +22,7 @@ import nats
 import pytest
 import yaml
 
+from services.seats.recall import FILTER_MARK
 from shared.estate.log._record import Record
 from tests.main_job.llm import OpenAIRouted
 from tests.main_job.support import post_message, wait_for
@@ -94,6 +95,8 @@ class Fleet:
         system = json.dumps(body)
         if seat != "?":  # an executor whose script ran out: fail loudly
             return Reply({"error": {"message": f"script exhausted for seat {seat!r}"}}, status=500)
+        if FILTER_MARK in system:  # recall's filter at a turn's start (AG-8): nothing picked here
+            return openai_text("none")
         if "private diary" in system:  # the persist decider (AG-3)
             return openai_text(self.aux_replies.pop(0) if self.aux_replies else "NOOP")
         if "counterparty" in system:  # the profiler's traits (AG-5)
