@@ -125,9 +125,20 @@ class SeatMemory:
         return link.js
 
     async def release(self, handle: str) -> None:
-        """Forget the seat's publish watermark, stop following its log and drop its scratch cache (AG-7)."""
+        """Flush the outbox, forget the seat's publish watermark, stop following its log and drop its
+        scratch cache (AG-2, AG-7).
+
+        The seats role calls this from the release hook, which the seat host runs before it deletes
+        the lease: a write the broker did not take during the seat's last turn is published before
+        the next holder can claim the seat and hydrate (AG-2: flushed on graceful release).
+        """
         writer = self.writer
         if writer is not None:
+            if writer.outbox.depth():
+                try:
+                    await writer.flush()
+                except Exception as e:  # noqa: BLE001 - the 30 s loop retries; the release goes on
+                    _log.warning("memory_outbox_flush_failed", seat=handle, error=f"{type(e).__name__}: {e}")
             writer.forget(handle)
         cache = self.caches.pop(handle, None)
         if cache is not None:

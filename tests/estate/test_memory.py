@@ -159,14 +159,18 @@ async def _last(log: StateLog) -> int:
     return (await log.head("memory"))[1]
 
 
-async def test_a_following_scratch_cache_sees_rows_other_nodes_write_later(inproc: Any, tmp_path: Path) -> None:
+async def test_a_following_scratch_cache_sees_rows_other_nodes_write_later(
+    inproc: Any, tmp_path: Path
+) -> None:
     a, b = await inproc("fol-a"), await inproc("fol-b")
     await writer(a, tmp_path).create("lead", "agent_diary", *diary("before the seat moved"))
     cache = await hydrate_scratch(a.nc.jetstream(timeout=5.0), "lead", follow=True)
     assert cache.following and len(cache) == 1
     # another node (the reflect dispatcher's, say) writes an episode after the satellite took the seat
     other = writer(b, tmp_path)
-    w = await other.create("lead", "episodes", ("lead", "SUP-9"), {"agent_handle": "lead", "work_key": "SUP-9"})
+    w = await other.create(
+        "lead", "episodes", ("lead", "SUP-9"), {"agent_handle": "lead", "work_key": "SUP-9"}
+    )
     for _ in range(100):
         if len(cache) == 2:
             break
@@ -177,3 +181,29 @@ async def test_a_following_scratch_cache_sees_rows_other_nodes_write_later(inpro
     await other.create("lead", "agent_diary", *diary("after release"))
     await asyncio.sleep(0.5)
     assert len(cache) == 2  # released: the cache follows no more
+
+
+async def test_a_release_publishes_what_waits_in_the_outbox_before_the_lease_goes(
+    inproc: Any, tmp_path: Path, nats_server: Any
+) -> None:
+    """AG-2: the seats role's release hook (run before the lease is deleted) flushes the outbox."""
+    from types import SimpleNamespace
+
+    from services.seats.memory import SeatMemory
+
+    a = await inproc("rel-a")
+    dead = await nats.connect(nats_server.url, name="dead")
+    await dead.close()
+    box = Outbox(tmp_path / "rel-outbox.db")
+    during = MemoryWriter(StateLog(dead.jetstream(timeout=1.0)), node_id="rel-a", outbox=box)
+    assert (
+        await during.create("lead", "episodes", ("lead", "SUP-4"), {"work_key": "SUP-4"})
+    ).status == "deferred"
+    # the broker is back by the time the seat is released: the same outbox, a live connection
+    live = MemoryWriter(StateLog(a.nc.jetstream(timeout=5.0)), node_id="rel-a", outbox=box)
+    seats = SeatMemory(SimpleNamespace(extras={"memory": live}, cfg=SimpleNamespace(roles=["seats"])))  # type: ignore[arg-type]
+    await seats.release("lead")
+    assert box.depth() == 0
+    head = await StateLog(a.nc.jetstream(timeout=5.0)).head("memory")
+    found = await rows(a, "lead", head[1], tables=["episodes"])
+    assert [r["work_key"] for r in found] == ["SUP-4"]
