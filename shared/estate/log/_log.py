@@ -240,22 +240,9 @@ class StateLog:
         Raises:
             Refused: ``broker_unreachable`` / ``no_quorum`` when the broker could not be asked.
         """
-        try:
-            msg = await self._js.get_last_msg(STREAMS[domain], subject)
-        except nats.js.errors.NotFoundError:
+        msg = await self._last_msg(domain, subject)
+        if msg is None:
             return None
-        except nats.js.errors.NoStreamResponseError:
-            raise Refused("no_quorum", "the log has no leader", retry_after=4.0) from None
-        except nats.js.errors.APIError as e:
-            raise Refused("broker_unreachable", f"reading {subject}: {e.description}") from None
-        except (
-            TimeoutError,
-            nats.errors.TimeoutError,
-            nats.errors.NoRespondersError,
-            nats.errors.ConnectionClosedError,
-            nats.errors.ConnectionReconnectingError,
-        ):
-            raise Refused("broker_unreachable", f"reading the head of {subject} went unanswered") from None
         op = (msg.headers or {}).get("Nats-Msg-Id", "")
         return int(msg.seq or 0), str(op)
 
@@ -267,8 +254,13 @@ class StateLog:
             Refused: ``broker_unreachable`` / ``no_quorum`` when the broker could not be asked.
             ValueError: the stored bytes are not a record this build reads.
         """
+        msg = await self._last_msg(domain, subject)
+        return None if msg is None else (int(msg.seq or 0), Record.decode(msg.data or b""))
+
+    async def _last_msg(self, domain: str, subject: str) -> Any:
+        """The newest message on ``subject`` or None; every broker failure is a :class:`Refused`."""
         try:
-            msg = await self._js.get_last_msg(STREAMS[domain], subject)
+            return await self._js.get_last_msg(STREAMS[domain], subject)
         except nats.js.errors.NotFoundError:
             return None
         except nats.js.errors.NoStreamResponseError:
@@ -283,7 +275,6 @@ class StateLog:
             nats.errors.ConnectionReconnectingError,
         ):
             raise Refused("broker_unreachable", f"reading the head of {subject} went unanswered") from None
-        return int(msg.seq or 0), Record.decode(msg.data or b"")
 
     async def barrier(self, domain: str, *, op_id: str, writer: str) -> int:
         """Append one barrier record and return its sequence (ES-26: linearizable reads).
