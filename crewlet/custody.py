@@ -109,8 +109,9 @@ def publish_completed(ctx: NodeContext, result: Any) -> None:
     """Publish a settled turn's ``agent_turn_completed`` for the reflect dispatcher (AG-6).
 
     A fenced turn, or one handed back for redelivery, is not settled and is not published. Never
-    raises: the publish runs in the background and a failure is logged
-    ``turn_completed_publish_failed`` (the turn is not reflected).
+    raises: the publish runs in the background and is retried (:func:`publish_with_retry`) while the
+    broker is away, so a turn that ends during a broker pause is still reflected once it is back
+    (AG-2's Check).
     """
     if ctx.link is None or not settled(result):
         return
@@ -121,18 +122,48 @@ def publish_completed(ctx: NodeContext, result: Any) -> None:
     js = ctx.link.js
 
     async def send() -> None:
-        try:
-            await js.publish(
-                COMPLETED_SUBJECT, body, headers={"Nats-Msg-Id": f"agent_turn_completed.{result.turn_id}"}
-            )
-        except Exception as e:  # noqa: BLE001 - logged; the turn stands
-            _log.warning(
-                "turn_completed_publish_failed", turn_id=result.turn_id, error=f"{type(e).__name__}: {e}"
-            )
+        await publish_with_retry(js, COMPLETED_SUBJECT, body, f"agent_turn_completed.{result.turn_id}")
 
     task = asyncio.get_running_loop().create_task(send(), name="agent-turn-completed")
     _publishing.add(task)
     task.add_done_callback(_publishing.discard)
+
+
+COMPLETED_RETRY_FOR = 3600.0
+"""Seconds a settled turn's ``agent_turn_completed`` publish is retried before it is given up (ours)."""
+
+
+async def publish_with_retry(
+    js: Any, subject: str, body: bytes, msg_id: str, *, retry_for: float = COMPLETED_RETRY_FOR
+) -> bool:
+    """Publish ``body`` once to the events stream, retrying every failure with backoff (0.5 s
+    doubling to 15 s) for up to ``retry_for`` seconds. The message id makes a repeat that did land
+    a duplicate the broker drops (2-minute window); past it the reflect dispatcher's duplicate ring
+    and the episode's first-writer-wins key collapse it (AG-6, AG-4).
+
+    Returns:
+        True once published; False when given up (logged ``turn_completed_publish_dropped``). The
+        first failure is logged ``turn_completed_publish_failed``; later ones are not repeated.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_for
+    delay = 0.5
+    failed = False
+    while True:
+        try:
+            await js.publish(subject, body, headers={"Nats-Msg-Id": msg_id}, timeout=5.0)
+            if failed:
+                _log.info("turn_completed_publish_recovered", msg_id=msg_id)
+            return True
+        except Exception as e:  # noqa: BLE001 - retried below; the turn stands whatever happens
+            if not failed:
+                _log.warning("turn_completed_publish_failed", msg_id=msg_id, error=f"{type(e).__name__}: {e}")
+                failed = True
+        if loop.time() + delay > deadline:
+            _log.error("turn_completed_publish_dropped", msg_id=msg_id, after_s=round(retry_for))
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 15.0)
 
 
 async def close_custody(ctx: NodeContext) -> None:
