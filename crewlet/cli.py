@@ -61,6 +61,7 @@ from shared.config import (
     node_config_from_data,
     read_yaml_mapping,
 )
+from shared.secrets import keyring_missing
 
 from . import (
     backup_cli,
@@ -213,8 +214,11 @@ def validate(
         tiers.append("node")
         try:
             data = read_yaml_mapping(node)
-            _, node_issues = node_config_from_data(data, file=node, check_files=True, strict_env=False)
+            cfg, node_issues = node_config_from_data(data, file=node, check_files=True, strict_env=False)
             issues += node_issues
+            missing = keyring_missing(cfg) if cfg is not None else ""
+            if missing:  # what boot would refuse from this file alone (issue 35: validate and boot agree)
+                issues.append(Issue(node, "secrets.keys", "invalid", missing))
         except ConfigInvalid as e:
             issues += e.issues
     if company is not None:

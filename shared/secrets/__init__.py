@@ -16,7 +16,14 @@ from ._errors import (
     Unopenable,
     UnopenableReason,
 )
-from ._keyring import ENVELOPE_PREFIX, KEY_BYTES, KEYRING_FILE, Keyring, generate_key_material
+from ._keyring import (
+    ENVELOPE_PREFIX,
+    KEY_BYTES,
+    KEYRING_FILE,
+    Keyring,
+    generate_key_material,
+    keyring_missing,
+)
 from ._names import MAX_NAME_CHARS, NAME_PATTERN, validate_name
 from ._store import MAX_VALUE_BYTES, RekeyReport, SecretInfo, SecretStore, secret_values
 
@@ -39,6 +46,7 @@ __all__ = [
     "Unopenable",
     "UnopenableReason",
     "generate_key_material",
+    "keyring_missing",
     "secret_values",
     "validate_name",
 ]

@@ -38,7 +38,14 @@ from shared.config import NodeConfig
 
 from ._errors import KeyringInvalid, KeyringMissing, Unopenable
 
-__all__ = ["ENVELOPE_PREFIX", "KEY_BYTES", "KEYRING_FILE", "Keyring", "generate_key_material"]
+__all__ = [
+    "ENVELOPE_PREFIX",
+    "KEY_BYTES",
+    "KEYRING_FILE",
+    "Keyring",
+    "generate_key_material",
+    "keyring_missing",
+]
 
 ENVELOPE_PREFIX = "enc:v1:"
 """Every sealed value starts with this (FL-104: ``enc:v1:<key id>:<ciphertext>``)."""
@@ -146,13 +153,9 @@ class Keyring:
                 for i, k in enumerate(sec.keys)
             }
             return cls(sec.active_key_id or sec.keys[0].id, keys)
-        solo = cfg.stream.type == "embedded" and cfg.broker_kind == "member" and not cfg.clustered
-        if not solo:
-            raise KeyringMissing(
-                "secrets.keys is empty, and this node shares its stream with other nodes, which must open "
-                "what it seals: run `crewlet secrets keygen` once and give every node the same key "
-                '(secrets: {active_key_id: k1, keys: [{id: k1, material: "${CREWLET_SECRETS_KEY}"}]})'
-            )
+        missing = keyring_missing(cfg)
+        if missing:
+            raise KeyringMissing(missing)
         return cls._local(cfg.store_dir / KEYRING_FILE)
 
     @classmethod
@@ -291,3 +294,20 @@ class Keyring:
                 reason="authentication_failed",
                 key_id=kid,
             ) from None
+
+
+def keyring_missing(cfg: NodeConfig) -> str:
+    """The :class:`KeyringMissing` refusal :meth:`Keyring.for_node` makes from the node file alone,
+    or ``""``: a node without ``secrets.keys`` that shares its stream with other nodes (clustered,
+    a leaf, or ``stream.type: nats``), whose peers must open what it seals (CO-40, FL-151).
+    ``crewlet validate`` reports the same text (issue 35: validate and boot agree)."""
+    if cfg.secrets.keys:
+        return ""
+    solo = cfg.stream.type == "embedded" and cfg.broker_kind == "member" and not cfg.clustered
+    if solo:
+        return ""
+    return (
+        "secrets.keys is empty, and this node shares its stream with other nodes, which must open "
+        "what it seals: run `crewlet secrets keygen` once and give every node the same key "
+        '(secrets: {active_key_id: k1, keys: [{id: k1, material: "${CREWLET_SECRETS_KEY}"}]})'
+    )

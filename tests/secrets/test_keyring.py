@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from structlog.testing import capture_logs
+from typer.testing import CliRunner
 
 import shared.secrets
+from crewlet.cli import app
 from shared.config import NodeConfig, node_config_from_data
 from shared.errors import UsageError
 from shared.secrets import (
@@ -58,6 +61,7 @@ def test_public_names() -> None:
             "Unopenable",
             "UnopenableReason",
             "generate_key_material",
+            "keyring_missing",
             "secret_values",
             "validate_name",
         ]
@@ -231,4 +235,13 @@ def test_a_fleet_node_without_keys_is_refused(tmp_path: Path, sections: dict[str
         Keyring.for_node(cfg)
     msg = str(e.value)
     assert "secrets.keys" in msg and "crewlet secrets keygen" in msg and "every node the same key" in msg
+    assert not (tmp_path / "store" / "keyring.json").exists()
+    # issue 35: `crewlet validate` refuses the same file with the same text, exit 2, no file written
+    node_file = tmp_path / "node.yaml"
+    node_file.write_text(
+        yaml.safe_dump({**TOKEN, "node": {"id": "n1"}, "store": {"dir": str(tmp_path / "store")}, **sections})
+    )
+    result = CliRunner().invoke(app, ["validate", "--node", str(node_file)])
+    assert result.exit_code == 2, result.output
+    assert "secrets.keys" in result.output and msg in " ".join(result.output.split())
     assert not (tmp_path / "store" / "keyring.json").exists()
