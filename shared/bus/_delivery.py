@@ -21,7 +21,7 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig
 
 from ._envelope import Envelope
-from ._errors import BusUnavailable, PublishOutcomeUnknown
+from ._errors import BusUnavailable, MessageTooLarge, PublishOutcomeUnknown
 
 __all__ = [
     "DeadLetterHook",
@@ -76,7 +76,16 @@ class RetryLater(Exception):  # noqa: N818 - a verdict a handler raises, not an 
 
 
 def translate(e: BaseException, what: str, *, write: bool) -> Exception:
-    """Translate a nats-py error into the bus seam's (STYLE.md "Errors")."""
+    """Translate a nats-py error into the bus seam's (STYLE.md "Errors").
+
+    A message over the connection's payload limit (``MaxPayloadError``, raised before sending) or the
+    stream's ``max_msg_size`` (JetStream 10054 "message size exceeds maximum allowed") is
+    :class:`MessageTooLarge`, never a retryable unavailability.
+    """
+    if isinstance(e, nats.errors.MaxPayloadError):
+        return MessageTooLarge(f"{what}: the message is over the broker's payload limit ({e})")
+    if isinstance(e, nats.js.errors.APIError) and e.err_code == 10054:
+        return MessageTooLarge(f"{what}: the message is over the stream's size limit ({e.description})")
     if isinstance(e, nats.errors.TimeoutError | asyncio.TimeoutError):
         if write:
             return PublishOutcomeUnknown(f"{what}: no acknowledgement; it may have landed")

@@ -6,6 +6,7 @@ nats-py errors are translated here and nowhere above this seam::
     ├── BusUnavailable              the broker could not be asked; retrying later is safe  (ServiceError)
     │   └── PublishOutcomeUnknown   a publish was sent and no ack came: it may be stored; a retry
     │                               with the same ``Nats-Msg-Id`` is collapsed by the stream
+    ├── MessageTooLarge             over the payload limit: the same bytes fail again (UsageError, not retryable)
     ├── StreamMismatch              an existing stream has another shape than configured   (not retryable)
     ├── SubjectRefused              an empty handle, whitespace, an empty segment, a bad namespace (UsageError)
     ├── MailboxFenced               an ack/NAK/fetch under an epoch the seat no longer holds (not retryable)
@@ -21,6 +22,7 @@ __all__ = [
     "BusUnavailable",
     "MailboxDetached",
     "MailboxFenced",
+    "MessageTooLarge",
     "PublishOutcomeUnknown",
     "StreamMismatch",
     "SubjectRefused",
@@ -40,6 +42,15 @@ class PublishOutcomeUnknown(BusUnavailable):
 
     Publishing again with the same ``Nats-Msg-Id`` is safe inside the stream's duplicate window.
     """
+
+
+class MessageTooLarge(BusError, UsageError):
+    """A publish the broker can never take: the message is over its payload limit (the connection's
+    ``max_payload``, or the stream's ``max_msg_size``). Not retryable: the same bytes fail again
+    (issue 35: it was reported as the broker being unavailable, so producers retried it).
+    """
+
+    retryable = False
 
 
 class StreamMismatch(BusError):

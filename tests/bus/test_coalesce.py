@@ -13,10 +13,11 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import pytest
 import structlog
 
 from shared import config
-from shared.bus import Deferred, Delivery, Envelope
+from shared.bus import BusUnavailable, Deferred, Delivery, Envelope, MessageTooLarge
 from shared.turns import Trigger, merge_triggers, partition, work_key
 
 from .conftest import Broker
@@ -356,3 +357,14 @@ async def test_a_grouping_that_raises_runs_each_delivery_alone_and_strands_none(
     assert list(box.outstanding()) == []
     assert await box.fetch_batch(10, timeout=0.3) == []  # nothing left to redeliver
     await box.detach()
+
+
+async def test_a_message_over_the_payload_limit_is_too_large_not_unavailable(broker: Broker) -> None:
+    """Issue 35 (upstream queue conformance): a producer must not retry what can never succeed."""
+    bus = broker.bus()
+    await bus.ensure_mailboxes(["triage"])
+    huge = Envelope.new("external_notification", source="api", payload={"text": "x" * (9 * 1024 * 1024)})
+    with pytest.raises(MessageTooLarge) as e:
+        await bus.publish_to_seat("triage", huge)
+    assert not isinstance(e.value, BusUnavailable) and e.value.retryable is False
+    assert "payload limit" in str(e.value)

@@ -8,7 +8,7 @@ def test_public_api() -> None:
         [
             "ACK_WAIT", "AGENT_STREAM", "DLQ_STREAM", "MAX_DELIVER", "STREAMS", "Bus", "BusError",
             "BusUnavailable", "DeadLetterHook", "Deferred", "Delivery", "Envelope", "Fence", "Grouping", "Mailbox", "MailboxDetached",
-            "MailboxFenced", "MailboxState", "Outcome", "PublishOutcomeUnknown", "Published", "RetryLater", "StreamMismatch",
+            "MailboxFenced", "MailboxState", "MessageTooLarge", "Outcome", "PublishOutcomeUnknown", "Published", "RetryLater", "StreamMismatch",
             "StreamSpec", "SubjectRefused", "check_subject", "control_group", "control_subject", "dlq_subject",
             "durable_name", "inbox_group", "inbox_subject", "namespace_stream", "provision_streams",
             "wake_envelope", "CUSTODY_GROUP", "CUSTODY_STREAM", "CUSTODY_SUBJECT", "Custodian", "CustodySender",
