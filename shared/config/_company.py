@@ -124,21 +124,29 @@ class LlmProvider(_Model):
 
 
 class Embeddings(_Model):
-    """``providers.embeddings`` (P2, accepted and shape-checked so upstream documents validate).
+    """``providers.embeddings`` (AG-10): the model that embeds pages and queries for semantic search.
 
     Attributes:
-        type: The wire protocol.
-        model: The embedding model id.
+        type: ``openai`` / ``openai-compatible`` (``POST {base_url}/embeddings`` over httpx) or
+            ``local`` (a model shipped inside an installed package, run on the CPU: ``wordllama``).
+        model: The embedding model id; ``local`` defaults to ``wordllama/l2_supercat_256``.
         api_key: Usually a ``${VAR}``; empty falls back to ``OPENAI_API_KEY``.
-        base_url: The endpoint; None for the vendor default.
-        dimensions: The vector width; None for the model's own.
+        base_url: The endpoint; None for the vendor default. Required for ``openai-compatible``.
+        dimensions: The vector width, 64..4 096; None for the model's own (AG-10's table). An
+            unknown model needs it.
+        batch_size: Inputs per provider call (1..2 048; 128).
+        timeout_seconds: Per call, in seconds (30).
+        max_input_chars: An input longer than this is cut before it is sent (8 000).
     """
 
-    type: Literal["openai", "openai-compatible"]
-    model: str
+    type: Literal["openai", "openai-compatible", "local"]
+    model: str | None = None
     api_key: str = ""
     base_url: str | None = None
     dimensions: int | None = Field(None, ge=1)
+    batch_size: int = Field(128, ge=1, le=2048)
+    timeout_seconds: float = Field(30, gt=0)
+    max_input_chars: int = Field(8000, ge=64)
 
 
 class Providers(_Model):
@@ -147,7 +155,7 @@ class Providers(_Model):
     Attributes:
         llm: Named provider entries; a role's ``llm`` names keys of this map. At least one is
             required (checked by the validator, which words the error better than a schema can).
-        embeddings: P2, inert.
+        embeddings: The embeddings provider (AG-10); None: no semantic search (AG-13 ``off``).
     """
 
     llm: dict[str, LlmProvider]

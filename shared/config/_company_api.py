@@ -40,6 +40,7 @@ from ._company import (
     Webhook,
     derive_slug,
 )
+from ._company_types import EMBEDDING_WIDTH_RANGE, EMBEDDING_WIDTHS, LOCAL_EMBEDDING_MODEL
 from ._company_validate import (
     company_json_schema,
     inert_paths,
@@ -68,6 +69,9 @@ __all__ = [
     "LABEL_KEY_PATTERN",
     "NODE_ID_PATTERN",
     "OFFLINE_MODEL",
+    "EMBEDDING_WIDTHS",
+    "EMBEDDING_WIDTH_RANGE",
+    "LOCAL_EMBEDDING_MODEL",
     "SOURCE_PATTERN",
     "Company",
     "CompanyRole",
