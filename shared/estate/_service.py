@@ -444,14 +444,14 @@ class EstateService:
             meta["lag"] = {"records": applier.lag}
         return {"data": data, "meta": meta}
 
-    async def _search(self, fn: ReadFn, args: dict[str, Any]) -> list[dict[str, Any]]:
+    async def _search(self, fn: ReadFn, args: dict[str, Any]) -> list[dict[str, Any]] | dict[str, Any]:
         """Run ``pages.search`` inline while searches here are cheap (:data:`_INLINE_SEARCH`), else on a
         reader thread; either way one read transaction, and its CPU time updates the mean."""
 
-        def timed(conn: Connection) -> list[dict[str, Any]]:
+        def timed(conn: Connection) -> list[dict[str, Any]] | dict[str, Any]:
             t0 = time.thread_time()
             try:
-                hits: list[dict[str, Any]] = fn(conn, args)
+                hits: list[dict[str, Any]] | dict[str, Any] = fn(conn, args)
                 return hits
             finally:
                 took = time.thread_time() - t0
@@ -461,7 +461,16 @@ class EstateService:
             return await self.store.read_inline(timed)  # type: ignore[arg-type]
         return await self.store.read(timed)
 
-    def _search_answer(self, hits: list[dict[str, Any]], args: dict[str, Any], domain: str) -> dict[str, Any]:
+    def _search_answer(
+        self, found: list[dict[str, Any]] | dict[str, Any], args: dict[str, Any], domain: str
+    ) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if isinstance(
+            found, dict
+        ):  # a hybrid search (AG-12): its mode, semantic state and coverage ride along
+            extra = {k: v for k, v in found.items() if k != "hits"}
+            found = list(found.get("hits") or [])
+        hits = found
         building = not self.appliers[domain].drained
         q = str(args.get("query", ""))
         if hits and building:
@@ -473,7 +482,14 @@ class EstateService:
         else:
             sentence = f"Nothing in the knowledge base matched {q!r}."
         state = "building" if building else ("ok" if hits else "empty")
-        return {"hits": hits, "searched": True, "failed": False, "state": state, "sentence": sentence}
+        return {
+            "hits": hits,
+            "searched": True,
+            "failed": False,
+            "state": state,
+            "sentence": sentence,
+            **extra,
+        }
 
     async def _admin(self, call: Call) -> dict[str, Any]:
         status = {
