@@ -85,7 +85,8 @@ def normalise(matrix: np.ndarray) -> np.ndarray:
     m = np.asarray(matrix, dtype=np.float32)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (m / norms).astype(np.float32, copy=False)
+    out: np.ndarray = (m / norms).astype(np.float32, copy=False)
+    return out
 
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -283,7 +284,7 @@ def _load_wordllama(config_name: str, dims: int | None) -> Any:
     with _LOAD:
         key = f"{config_name}:{dims}"
         if key not in _MODELS:
-            import wordllama  # local import: only a node with type local pays for it
+            import wordllama  # type: ignore[import-untyped]  # local import: only type local pays for it
 
             root = os.path.dirname(wordllama.__file__)
             _MODELS[key] = wordllama.WordLlama.load(

@@ -40,7 +40,8 @@ def coverage(
     conn: Any, model: str, dims: int, *, space: str | None = None, buckets: tuple[int, int] | None = None
 ) -> tuple[int, int]:
     """``(current, total)``: published pages in scope, and those with a current window 0 of ``model``/``dims``."""
-    where, binds = "p.status = 'published'", []
+    where = "p.status = 'published'"
+    binds: list[Any] = []
     if space is not None:
         where += " AND p.container = ?"
         binds.append(space)
@@ -87,7 +88,8 @@ def pending(conn: Any, rules: Rules, args: dict[str, Any]) -> dict[str, Any]:
         "ORDER BY p.id LIMIT ?",
         (_SPAN, model, dims, limit),
     )
-    embed, budget = [], ANSWER_CHARS
+    embed: list[dict[str, Any]] = []
+    budget = ANSWER_CHARS
     for r in rows:
         body = str(r.body or "")
         if embed and len(body) > budget:
