@@ -20,12 +20,14 @@ import asyncio
 import re
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import nats
 import pytest
 import yaml
+from sqlalchemy import create_engine
 
 from tests.support.llm_servers import EmbeddingsServer, Reply
 from tests.support.pages import publish_pages
@@ -52,8 +54,8 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, every: fl
 
 
 class One:
-    def __init__(self, node: Node, emb: EmbeddingsServer, nats_url: str) -> None:
-        self.node, self.emb, self.nats_url = node, emb, nats_url
+    def __init__(self, node: Node, emb: EmbeddingsServer, nats_url: str, db: Path) -> None:
+        self.node, self.emb, self.nats_url, self.db = node, emb, nats_url, db
 
     def search(self, q: str, **params: Any) -> dict[str, Any]:
         r = httpx.get(self.node.url + "/knowledge/search", params={"q": q, **params}, headers=H, timeout=30.0)
@@ -109,7 +111,7 @@ def one(tmp_path_factory: pytest.TempPathFactory) -> Iterator[One]:
             env={"CREWLET_EMBEDDING_TICK_SECONDS": "2"},
         )
         node.wait_ready(120)
-        yield One(node, emb, server.url)
+        yield One(node, emb, server.url, root / "n" / "store" / "estate.db")
     finally:
         if node is not None:
             node.stop()
@@ -192,6 +194,39 @@ def test_a_page_at_the_body_limit_is_windowed_up_to_the_cap(one: One) -> None:
     wait_for("the huge page embedded", lambda: sum(len(b) for b in one.emb.inputs()[before:]) >= 64, 60)
     assert sum(len(b) for b in one.emb.inputs()[before:]) == 64
     wait_for("truncation counted", lambda: one.metric("crewlet_embedding_truncated_total") > 0, 10)
+
+
+def test_divided_hybrid_equals_the_whole_search(one: One, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ES-63 on this node's copy: three slices (64 over 3), each method merged by score, fused once,
+    give the whole search's hits, order and scores — also with stage one cut short (KEEP 40 < 300)."""
+    from shared.estate import assign
+    from shared.estate.domains import vectors
+    from shared.estate.domains.pages import fuse_answer, merge_lexical, search
+    from shared.estate.domains.vectors import _scan
+    from shared.estate.store._store import FastConn
+    from shared.providers import hash_vector
+
+    engine = create_engine(f"sqlite:///file:{one.db}?mode=ro&uri=true")
+    try:
+        with engine.connect() as conn:
+            for keep in (1200, 40):
+                monkeypatch.setattr(_scan, "KEEP", keep)
+                for q in ("billing item7", "deploy note", "garden kernel release", "pager rotation weekly"):
+                    args = {"query": q, "limit": 10, "mode": "hybrid", "vector": hash_vector(q),
+                            "model": "scripted-hash-256", "dims": 256}  # fmt: skip
+                    whole = search(conn, args)
+                    assert isinstance(whole, dict) and whole["hits"], q
+                    parts = [
+                        search(conn, {**args, "buckets": list(r)}) for r in assign(["a", "b", "c"]).values()
+                    ]
+                    lex = merge_lexical([p["lexical"] for p in parts])  # type: ignore[call-overload]
+                    sem = vectors.merge_semantic([[tuple(c) for c in p["semantic"]] for p in parts])  # type: ignore[call-overload]
+                    cur = sum(p["vector_coverage"][0] for p in parts)  # type: ignore[call-overload]
+                    tot = sum(p["vector_coverage"][1] for p in parts)  # type: ignore[call-overload]
+                    divided = fuse_answer(FastConn(conn), lex, sem, 10, cur, tot, "hybrid")
+                    assert divided == whole, q
+    finally:
+        engine.dispose()
 
 
 def test_semantic_mode_without_a_provider_is_refused_naming_mode() -> None:
