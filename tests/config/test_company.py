@@ -657,6 +657,9 @@ def test_public_names() -> None:
         [
             "CREWLET_AGENT_NS",
             "DEFAULT_DELIVERY_HEADER",
+            "EMBEDDING_WIDTHS",
+            "EMBEDDING_WIDTH_RANGE",
+            "LOCAL_EMBEDDING_MODEL",
             "HANDLE_PATTERN",
             "KEY_PATTERN",
             "LABEL_KEY_PATTERN",
