@@ -203,6 +203,7 @@ def test_divided_hybrid_equals_the_whole_search(one: One, monkeypatch: pytest.Mo
     from shared.estate.domains import vectors
     from shared.estate.domains.pages import fuse_answer, merge_lexical, search
     from shared.estate.domains.vectors import _scan
+    from shared.estate.store._fts import lexical_query
     from shared.estate.store._store import FastConn
     from shared.providers import hash_vector
 
@@ -223,7 +224,16 @@ def test_divided_hybrid_equals_the_whole_search(one: One, monkeypatch: pytest.Mo
                     sem = vectors.merge_semantic([[tuple(c) for c in p["semantic"]] for p in parts])  # type: ignore[call-overload]
                     cur = sum(p["vector_coverage"][0] for p in parts)  # type: ignore[call-overload]
                     tot = sum(p["vector_coverage"][1] for p in parts)  # type: ignore[call-overload]
-                    divided = fuse_answer(FastConn(conn), lex, sem, 10, cur, tot, "hybrid")
+                    divided = fuse_answer(
+                        FastConn(conn),
+                        lex,
+                        sem,
+                        10,
+                        cur,
+                        tot,
+                        "hybrid",
+                        match=lexical_query(q, field="q").some,
+                    )
                     assert divided == whole, q
     finally:
         engine.dispose()

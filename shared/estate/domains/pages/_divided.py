@@ -365,8 +365,9 @@ class DividedSearch:
         ):  # AG-12: merge, fuse once
             lex, sem = merge_lexical(lexs), vectors.merge_semantic(sems)
             mode = str(call.args["mode"])
+            match = lexical_query(str(call.args.get("query", "")), field="q").some
             fused = await self._store.read(
-                lambda conn: fuse_answer(FastConn(conn), lex, sem, n, cover[0], cover[1], mode)
+                lambda conn: fuse_answer(FastConn(conn), lex, sem, n, cover[0], cover[1], mode, match=match)
             )
             merged = fused.pop("hits")
         else:

@@ -87,10 +87,10 @@ def _lexical_list(
     conn: SqlConn, lexical: LexicalQuery, space: str | None, buckets: tuple[int, int] | None
 ) -> list[dict[str, Any]]:
     if buckets is None:
-        found = _top_hits(conn, lexical, space, DEPTH)
+        found = _top_hits(conn, lexical, space, DEPTH, snippets=False)
         if found is not None:
             return found
-    return _one_statement(conn, lexical, space, DEPTH, buckets)
+    return _one_statement(conn, lexical, space, DEPTH, buckets, snippets=False)
 
 
 def _space_ids(conn: SqlConn, space: str | None) -> set[str] | None:
@@ -119,7 +119,7 @@ def hybrid(
     vec, model, dims = qv
     lex = [] if args.get("mode") == "semantic" else _lexical_list(conn, lexical, space, buckets)
     sem = vectors.scan(conn, vec, model, dims, buckets=buckets, allowed=_space_ids(conn, space))
-    current, total = vectors.coverage(conn, model, dims, space=space, buckets=buckets)
+    current, total = vectors.coverage(conn, model, dims, space=space, buckets=buckets, ttl=2.0)
     if buckets is not None:
         return {
             "hits": [],
@@ -127,7 +127,16 @@ def hybrid(
             "semantic": [list(c) for c in sem],
             "vector_coverage": [current, total],
         }
-    return fuse_answer(conn, lex, vectors.merge_semantic([sem]), limit, current, total, str(args.get("mode")))
+    return fuse_answer(
+        conn,
+        lex,
+        vectors.merge_semantic([sem]),
+        limit,
+        current,
+        total,
+        str(args.get("mode")),
+        match=lexical.some,
+    )
 
 
 def merge_lexical(slices: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -157,8 +166,13 @@ def fuse_answer(
     current: int,
     total: int,
     mode: str,
+    *,
+    match: str | None = None,
 ) -> dict[str, Any]:
     """Fuse the global lists and read the hits' pages (published only).
+
+    A hit the lexical list holds gets the snippet around its first matching term (``match``: the
+    query's FTS5 expression; the lists of 150 carry none, ES-66); any other the page's opening.
 
     Returns:
         ``{"hits", "mode_used", "semantic": ok|stale, "vector_coverage": {current, total,
@@ -176,13 +190,21 @@ def fuse_answer(
             tuple(ids),
         ).all():
             rows[str(r.id)] = r
+    snips: dict[str, str] = {}
+    lex_ids = [d for d in ids if d in by_id and d in rows]
+    if match and lex_ids:
+        for r in conn.exec_driver_sql(
+            "SELECT page_id, snippet(pages_fts, 3, '', '', '…', 32) AS snip FROM pages_fts "
+            f"WHERE pages_fts MATCH ? AND page_id IN ({', '.join('?' * len(lex_ids))})",
+            (match, *lex_ids),
+        ).all():
+            snips[str(r.page_id)] = str(r.snip or "")
     hits = []
     for d, score, lrank, srank in want:
         r = rows.get(d)
         if r is None:
             continue
-        lhit = by_id.get(d)
-        snippet = str(lhit["snippet"]) if lhit else " ".join(str(r.opening or "").split())
+        snippet = " ".join((snips.get(d) or str(r.opening or "")).split())
         if len(snippet) > SNIPPET:
             snippet = snippet[: SNIPPET - 1] + "…"
         hits.append(

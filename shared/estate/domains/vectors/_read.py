@@ -12,6 +12,7 @@ file; nothing of the pages domain is imported (the domains stay independent).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ..._errors import InvalidField
@@ -36,10 +37,30 @@ def _model(args: dict[str, Any]) -> tuple[str, int]:
     return model, dims
 
 
+_COVER: dict[tuple[Any, ...], tuple[float, tuple[int, int]]] = {}
+COVERAGE_TTL = 2.0
+"""Seconds a search reuses a coverage count (the join reads every page in scope; a search only
+reports it, ES-67). The duty's ``vectors.pending`` always counts afresh."""
+
+
 def coverage(
-    conn: Any, model: str, dims: int, *, space: str | None = None, buckets: tuple[int, int] | None = None
+    conn: Any,
+    model: str,
+    dims: int,
+    *,
+    space: str | None = None,
+    buckets: tuple[int, int] | None = None,
+    ttl: float = 0.0,
 ) -> tuple[int, int]:
-    """``(current, total)``: published pages in scope, and those with a current window 0 of ``model``/``dims``."""
+    """``(current, total)``: published pages in scope, and those with a current window 0 of ``model``/``dims``.
+
+    ``ttl`` > 0 reuses a count of this file and scope made less than ``ttl`` seconds ago.
+    """
+    key = (str(sql.rows(conn, "PRAGMA database_list")[0].file), model, dims, space, buckets)
+    hit = _COVER.get(key)
+    now = time.monotonic()
+    if ttl > 0 and hit is not None and now - hit[0] < ttl:
+        return hit[1]
     where = "p.status = 'published'"
     binds: list[Any] = []
     if space is not None:
@@ -55,7 +76,9 @@ def coverage(
         f"AND v.edit_number = p.edit_number WHERE {where}",
         (model, dims, *binds),
     )
-    return int(row.current or 0), int(row.total or 0)
+    found = (int(row.current or 0), int(row.total or 0))
+    _COVER[key] = (now, found)
+    return found
 
 
 def pending(conn: Any, rules: Rules, args: dict[str, Any]) -> dict[str, Any]:
