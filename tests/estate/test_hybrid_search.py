@@ -29,6 +29,7 @@ import pytest
 import yaml
 from sqlalchemy import create_engine
 
+from shared.providers import hash_vector
 from tests.support.llm_servers import EmbeddingsServer, Reply
 from tests.support.pages import publish_pages
 from tests.support.procs import REPO, TOKEN, NatsServer, Node, free_port, node_file
@@ -249,3 +250,34 @@ def test_semantic_mode_without_a_provider_is_refused_naming_mode() -> None:
     with pytest.raises(InvalidField) as e:
         asyncio.run(knowledge_search(run, "x", space=None, limit=5, mode="semantic", embedder=None))
     assert e.value.field == "mode" and "semantic_unavailable" in str(e.value)
+
+
+def test_a_stale_scope_says_how_many_documents_lack_vectors() -> None:
+    import numpy as np
+
+    from shared.providers import Embedder
+    from shared.router._search import knowledge_search
+
+    class Hash(Embedder):
+        provider, model, dims = "test", "scripted-hash-256", 256
+
+        async def embed_batch(self, texts: list[str]) -> np.ndarray:
+            return np.asarray([hash_vector(t) for t in texts], dtype=np.float32)
+
+    sent: list[dict[str, Any]] = []
+
+    async def run(args: dict[str, Any]) -> dict[str, Any]:
+        sent.append(args)
+        cov = {"current": 90, "total": 100, "fraction": 0.9}
+        data = {"hits": [], "searched": True, "sentence": "1 page(s) matched.", "mode_used": "hybrid",
+                "semantic": "stale", "vector_coverage": cov}  # fmt: skip
+        return {"data": data}
+
+    ans = asyncio.run(knowledge_search(run, "pager", space=None, limit=5, mode=None, embedder=Hash()))["data"]
+    assert (
+        sent[0]["mode"] == "hybrid"
+        and sent[0]["model"] == "scripted-hash-256"
+        and len(sent[0]["vector"]) == 256
+    )
+    assert (ans["mode_requested"], ans["semantic"]) == ("hybrid", "stale")
+    assert "10 of 100 documents in scope have no current vectors yet" in ans["sentence"]
