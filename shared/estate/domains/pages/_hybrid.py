@@ -185,7 +185,7 @@ def fuse_answer(
     rows = {}
     if ids:
         for r in conn.exec_driver_sql(
-            f"SELECT id, container, title, substr(body, 1, 600) AS opening FROM pages "
+            f"SELECT rowid AS rid, id, container, title, substr(body, 1, 600) AS opening FROM pages "
             f"WHERE status = 'published' AND id IN ({', '.join('?' * len(ids))})",
             tuple(ids),
         ).all():
@@ -193,12 +193,13 @@ def fuse_answer(
     snips: dict[str, str] = {}
     lex_ids = [d for d in ids if d in by_id and d in rows]
     if match and lex_ids:
+        by_rid = {int(rows[d].rid): d for d in lex_ids}
         for r in conn.exec_driver_sql(
-            "SELECT page_id, snippet(pages_fts, 3, '', '', '…', 32) AS snip FROM pages_fts "
-            f"WHERE pages_fts MATCH ? AND page_id IN ({', '.join('?' * len(lex_ids))})",
-            (match, *lex_ids),
+            "SELECT rowid AS rid, snippet(pages_fts, 3, '', '', '…', 32) AS snip FROM pages_fts "
+            f"WHERE pages_fts MATCH ? AND rowid IN ({', '.join('?' * len(by_rid))})",
+            (match, *by_rid),
         ).all():
-            snips[str(r.page_id)] = str(r.snip or "")
+            snips[by_rid[int(r.rid)]] = str(r.snip or "")
     hits = []
     for d, score, lrank, srank in want:
         r = rows.get(d)

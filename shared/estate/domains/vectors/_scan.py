@@ -7,11 +7,14 @@ reads those documents' exact vectors from ``vector_windows`` and scores each doc
 cosine of its best window (vectors are L2-normalised; scores summed in float64 row by row, so a
 window scores the same whatever else is scanned with it).
 
+While a model's vectors fit in :data:`MATRIX_BYTES` the cache also holds them (the same float32
+bytes, so the scores are the same), and stage two reads nothing from disk.
+
 Why numpy and not ``sqlite-vec``: the interpreter these nodes run has a ``sqlite3`` without
 ``enable_load_extension`` (infra-facts), so the extension would need a second SQLite binding
 (``apsw`` / ``pysqlite3-binary``) beside the copy's own connection; the scan is a few array
 operations over a cache of 32 bytes per window (256-wide codes), and the exact vectors are read
-for the candidates only, so a node holds no full-precision matrix in memory.
+for the candidates only above :data:`MATRIX_BYTES`, so a node's memory stays bounded.
 
 Divided searches (ES-62, ES-63) stay exact: a slice returns its stage-one candidates with their
 distance *and* exact score (:func:`scan`), and :func:`merge_semantic` keeps the global
@@ -35,13 +38,24 @@ KEEP = 1200
 DEPTH = 150
 """Documents the semantic list keeps after the exact rerank (ES-66, AG-12)."""
 _CHUNK = 500
+MATRIX_BYTES = 64 * 1024 * 1024
+"""A model's exact vectors are cached (as float64) beside its codes while they fit in this many
+bytes (32 768 windows of 256); above it stage two reads the candidates' vectors from
+``vector_windows``. Every data node holds the same windows, so every node takes the same path."""
 
 
 class _Codes:
     """One model's codes: rows sorted by source id, segment starts per document."""
 
-    def __init__(self, rows: list[Any], dims: int) -> None:
+    def __init__(self, rows: list[Any], dims: int, *, exact: bool = False) -> None:
         self.ids: list[str] = []
+        self.exact = (
+            np.frombuffer(b"".join(bytes(r.vector) for r in rows), dtype="<f4")
+            .reshape(len(rows), dims)
+            .astype(np.float64)
+            if exact and rows
+            else None
+        )
         starts: list[int] = []
         words = -(-dims // 64)
         packed = np.zeros((len(rows), words * 8), dtype=np.uint8)
@@ -80,13 +94,17 @@ def _codes(conn: Any, model: str, dims: int) -> _Codes:
         hit = _CACHE.get(key)
         if hit is not None and hit[0] == stamp:
             return hit[1]
+    exact = stamp[0] * dims * 8 <= MATRIX_BYTES
     rows = sql.rows(
         conn,
-        "SELECT source_id, shard, code FROM vector_codes WHERE model = ? AND dims = ? "
-        "AND source_kind = 'page' ORDER BY source_id",
+        "SELECT c.source_id, c.shard, c.code"
+        + (", w.vector" if exact else "")
+        + " FROM vector_codes c "
+        + ("JOIN vector_windows w ON w.subject = c.subject " if exact else "")
+        + "WHERE c.model = ? AND c.dims = ? AND c.source_kind = 'page' ORDER BY c.source_id, c.subject",
         (model, dims),
     )
-    built = _Codes(rows, dims)
+    built = _Codes(rows, dims, exact=exact)
     with _LOCK:
         _CACHE[key] = (stamp, built)
     return built
@@ -134,7 +152,18 @@ def scan(
     docs = np.nonzero(best < far)[0]
     order = docs[np.lexsort((docs, best[docs]))][:KEEP]  # ids are sorted, so the doc index orders by id
     chosen = {idx.ids[int(d)]: int(best[d]) for d in order}
+    if idx.exact is not None:
+        return _exact_cached(idx, q, order, best)
     return _exact(conn, q, model, dims, chosen)
+
+
+def _exact_cached(
+    idx: _Codes, q: np.ndarray, order: np.ndarray, best: np.ndarray
+) -> list[tuple[str, int, float]]:
+    """Stage two from the cached vectors: every window's cosine in one product, each page its best."""
+    assert idx.exact is not None
+    per_doc = np.maximum.reduceat(idx.exact @ q.astype(np.float64), idx.starts)
+    return [(idx.ids[int(d)], int(best[d]), round(float(per_doc[d]), 9)) for d in order]
 
 
 def _exact(
