@@ -12,12 +12,12 @@ What is measured (in-process, one nats-server):
   snippets. Floor, interleaved query by query: the raw FTS5 ``bm25()`` query (``LIMIT 150``) plus a
   raw numpy exact scan of the same vectors held as one float32 matrix in memory (``mat @ q``,
   ``argpartition`` 150): the two searches with no ranking classes, no cache check, no fusion.
-- **15d embedding throughput (windows/s)**: the duty's per-window path with ``type: local``
-  (``windows_of``, ``LocalEmbedder.embed`` in batches of 128 on a worker thread, each window's
-  ``vector_put`` appended to ``CREWLET_TRACKER_VECTORS``) beside the model's own batch call
+- **15d embedding throughput (windows/s)**: the duty's path with ``type: local`` (``windows_of``,
+  whole pages grouped into batches of ≤ 128 windows, ``LocalEmbedder.embed`` on a worker thread,
+  each batch's ``vector_put`` records appended to ``CREWLET_TRACKER_VECTORS`` all in flight at once) beside the model's own batch call
   (``WordLlama.embed`` of the same texts, batch 128, on the caller's thread).
-- **15e RSS**: a Python process that imported the node's modules, with the local model loaded
-  beside one without (``ru_maxrss``, MB).
+- **15e RSS**: a Python process that imported the node's modules, with the local model loaded and
+  used once beside one without (``VmRSS`` after a collection, MB).
 """
 
 from __future__ import annotations
@@ -147,13 +147,22 @@ async def _throughput(url: str, texts: list[tuple[str, str]]) -> tuple[float, fl
             model.embed(windows[i : i + 128], norm=True)
         raw = time.perf_counter() - t0
         t1 = time.perf_counter()
-        for n, (t, b) in enumerate(texts):
-            ws, _ = windows_of(t, b)
-            vecs = await emb.embed(ws)
-            for w, v in enumerate(vecs):
-                rec = vector_record(source_kind="page", source_id=f"p{n}", window=w, writer="bench", at=0,
-                                    vector=v, windows=len(ws), model=emb.model, edit_number=1, shard=0)  # fmt: skip
-                await log.append(rec, expect=None)
+        batch: list[tuple[int, list[str]]] = []
+        for n, (t, b) in enumerate([*texts, ("", "")]):
+            ws = windows_of(t, b)[0] if n < len(texts) else []
+            if batch and (not ws or sum(len(x) for _, x in batch) + len(ws) > 128):
+                vecs = await emb.embed([w for _, x in batch for w in x])
+                recs, i = [], 0
+                for src, x in batch:
+                    for w in range(len(x)):
+                        recs.append(vector_record(source_kind="page", source_id=f"p{src}", window=w, writer="bench",
+                                                  at=0, vector=vecs[i], windows=len(x), model=emb.model,
+                                                  edit_number=1, shard=0))  # fmt: skip
+                        i += 1
+                await asyncio.gather(*(log.append(r, expect=None) for r in recs))
+                batch = []
+            if ws:
+                batch.append((n, ws))
         duty = time.perf_counter() - t1
         return len(windows) / duty, len(windows) / raw, len(windows)
     finally:
@@ -162,9 +171,14 @@ async def _throughput(url: str, texts: list[tuple[str, str]]) -> tuple[float, fl
 
 def _rss(load: bool) -> float:
     code = (
-        "import resource, services.workers.app, shared.providers as p\n"
-        + ("p.LocalEmbedder('wordllama/l2_supercat_256').load()\n" if load else "")
-        + "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+        "import gc, re, services.workers.app, shared.providers as p\n"
+        + (
+            "e = p.LocalEmbedder('wordllama/l2_supercat_256'); e.load().embed(['warm up'], norm=True)\n"
+            if load
+            else ""
+        )
+        + "gc.collect()\n"
+        + "print(int(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) / 1024)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True

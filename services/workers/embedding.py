@@ -10,8 +10,8 @@ the back-off after a failure (doubling to :data:`MAX_BACKOFF`, 10 min). One pass
 2. publishes a ``vector_withdraw`` for each gone window (≤ 1 024, no provider call);
 3. cuts each changed page into windows (4 KB, title repeated, 512 B overlap, ≤ 64: the rest counted
    in ``crewlet_embedding_truncated_total``), groups whole pages into batches of ≤ 128 windows and
-   embeds at most :data:`CALLS_PER_TICK` (8) batches; each window's ``vector_put`` goes to the
-   compacted log, and the windows a page no longer has are withdrawn;
+   embeds at most :data:`CALLS_PER_TICK` (8) batches; each batch's ``vector_put`` records go to the
+   compacted log all in flight at once, and the windows a page no longer has are withdrawn;
 4. sets ``crewlet_tracker_vector_coverage`` (published pages with current vectors / all, 0..1) and
    the ``recall_below_floor`` alarm while it is under 0.95.
 
@@ -22,6 +22,7 @@ Pages only: work items are not embedded yet (their lexical search does not exist
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -159,23 +160,25 @@ class EmbeddingDuty:
         texts = [t for _, ts in batch for t in ts]
         vecs: np.ndarray = await embedder.embed(texts)
         now = int(time.time() * 1_000_000)
+        recs = []
         i = 0
         for src, ts in batch:
             for w in range(len(ts)):
-                rec = vector_record(
+                recs.append(vector_record(
                     source_kind="page", source_id=str(src["source_id"]), window=w, writer=self.ctx.node_id,
                     at=now, vector=vecs[i], windows=len(ts), model=embedder.model,
                     edit_number=int(src["edit_number"]), shard=int(src["shard"]),
-                )  # fmt: skip
-                await log.append(rec, expect=None)
+                ))  # fmt: skip
                 i += 1
             for w in range(len(ts), int(src.get("had") or 0)):  # windows the page no longer has
-                rec = vector_record(
+                recs.append(vector_record(
                     source_kind="page", source_id=str(src["source_id"]), window=w, writer=self.ctx.node_id, at=now
-                )  # fmt: skip
-                await log.append(rec, expect=None)
+                ))  # fmt: skip
             if int(src.get("truncated") or 0):
                 _TRUNCATED.inc(int(src["truncated"]))
+        await asyncio.gather(
+            *(log.append(r, expect=None) for r in recs)
+        )  # one batch's windows in flight at once
         return len(texts)
 
     def _coverage(self, current: int, total: int) -> None:
