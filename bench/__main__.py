@@ -41,6 +41,7 @@ from . import (  # noqa: E402
     fig12_divided_search,
     fig13_growth,
     fig14_memory_hydration,
+    fig15_hybrid,
 )
 from ._ctx import Ctx  # noqa: E402
 from ._result import Row, failed, render_table, write_json  # noqa: E402
@@ -60,6 +61,7 @@ FIGURES: dict[str, tuple[str, Callable[[Ctx], list[Row]]]] = {
     "12": ("divided knowledge search", fig12_divided_search.run),
     "13": ("how each cost grows with its work", fig13_growth.run),
     "14": ("memory hydration where a seat lands", fig14_memory_hydration.run),
+    "15": ("knowledge found by meaning: hybrid search, embedding throughput", fig15_hybrid.run),
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

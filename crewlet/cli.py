@@ -78,6 +78,7 @@ from . import (
     objects_cli,
     retention_cli,
     schedules_cli,
+    search_cli,
     secrets_cli,
     send_cli,
     turns_cli,
@@ -93,6 +94,7 @@ fleet_app = typer.Typer(no_args_is_help=True, help="Fleet surfaces.")
 app.add_typer(fleet_app, name="fleet")
 fleet_app.add_typer(broker_cli.app, name="broker")
 app.add_typer(knowledge_cli.app, name="knowledge")
+app.add_typer(search_cli.app, name="search")
 app.add_typer(files_cli.app, name="files")
 app.command("init")(init_cli.init)
 app.add_typer(secrets_cli.app, name="secrets")

@@ -275,6 +275,12 @@ if __name__ == "__main__":  # ``python -m crewlet.knowledge_cli import DIR`` unt
 def _print_hits(view: dict[str, Any], out: Console) -> None:
     """Print a ``GET /knowledge/search`` answer: each hit's title, space, page id and snippet."""
     hits = view.get("hits") or []
+    if view.get("mode_used"):  # AG-13: how it searched
+        cov = view.get("vector_coverage") or {}
+        line = f"mode: {view['mode_used']}  semantic: {view.get('semantic')}"
+        if cov:
+            line += f"  vectors: {cov.get('current')}/{cov.get('total')}"
+        out.print(line, markup=False)
     if view.get("sentence"):
         out.print(str(view["sentence"]), markup=False)
     if not hits:
@@ -288,7 +294,11 @@ def _print_hits(view: dict[str, Any], out: Console) -> None:
 @app.command("search")
 def search_cmd(
     query: Annotated[str, typer.Argument(help="What to look for (words or a phrase)")],
-    limit: Annotated[int, typer.Option("--limit", min=1, max=20, help="At most this many hits (1..20)")] = 5,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=20, help="At most this many hits (1..20)")] = 8,
+    mode: Annotated[
+        str | None,
+        typer.Option("--mode", help="hybrid | lexical | semantic (default: hybrid with embeddings)"),
+    ] = None,
     url: Url = "http://127.0.0.1:8080",
     token: Token = "",
     as_json: JsonFlag = False,
@@ -298,7 +308,7 @@ def search_cmd(
         url,
         token,
         "/knowledge/search",
-        query={"q": query, "limit": limit},
+        query={"q": query, "limit": limit, **({"mode": mode} if mode else {})},
         names={"q": "query"},
         need={"hits": list},
         as_json=as_json,

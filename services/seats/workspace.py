@@ -25,8 +25,9 @@ from typing import Any, Protocol
 
 from shared import estate, logs, objects, telemetry, tools
 from shared.bus import Bus, BusUnavailable, wake_envelope
+from shared.providers import Embedder
 from shared.router import EstateCalls, NobodyAnswered, RouterError, SeatCalls, open_router
-from shared.runtime import NodeContext
+from shared.runtime import NodeContext, node_embedder
 from shared.tools import (
     WorkspaceConflict,
     WorkspaceError,
@@ -116,7 +117,9 @@ class RouterWorkspace:
         wake: Wake | None,
         comment_wake: CommentWake | None = None,
         basis: str | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
+        self._embedder = embedder
         self._r = SeatCalls(router, seat=seat, epoch=epoch)  # every write carries the epoch (FL-74)
         self._store = store
         self._seat = seat
@@ -247,10 +250,17 @@ class RouterWorkspace:
         items = data.get("items", []) if isinstance(data, dict) else data
         return [dict(i) for i in items]
 
-    async def search_pages(self, q: str, space: str | None = None) -> dict[str, Any]:
-        """See :class:`shared.tools.Workspace` (a failed search answers "could not be searched")."""
+    async def search_pages(
+        self, q: str, space: str | None = None, *, mode: str | None = None, limit: int = 5
+    ) -> dict[str, Any]:
+        """See :class:`shared.tools.Workspace` (a failed search answers "could not be searched";
+        hybrid with the node's embeddings provider, AG-12, AG-13)."""
         try:
-            data = _data(await self._r.search_knowledge(q, space=space))
+            data = _data(
+                await self._r.search_knowledge(
+                    q, space=space, limit=limit, mode=mode, embedder=self._embedder
+                )
+            )
         except Exception as e:  # noqa: BLE001
             raise _translate(e) from None
         return dict(data) if isinstance(data, dict) else {"hits": data}
@@ -354,4 +364,5 @@ def seat_workspace(
             parent_turn_id=turn_id,
         ),
         basis=basis,
+        embedder=node_embedder(ctx),
     )

@@ -25,6 +25,9 @@ every duty). Duties built:
   pins the estate, deletes unnamed objects older than 24 h, audits every named one, records its
   findings in the ``objects`` slot and raises ``objects_missing`` (:mod:`services.workers.objects`).
   Skipped while the node drains or sheds, and in the maintenance/seal modes of ES-89.
+- ``embedding``: the embedding duty (AG-11, ES-67), each minute while the company has
+  ``providers.embeddings``: embeds changed pages' windows into the ``vectors`` log, withdraws gone
+  ones, sets the coverage gauge and ``recall_below_floor`` (:mod:`services.workers.embedding`).
 
 Drain: each loop finishes its current tick, then its duty is given back, so a peer takes it on its
 next tick instead of after the TTL (FL-95). The fleet-role check (FL-20) is not a duty here: every
@@ -46,6 +49,7 @@ from shared.estate.log import evicted_since, eviction_grace
 from shared.leases import Duties
 from shared.runtime import PROTOCOL_VERSION, CompanySnapshot, NodeContext, RoleService
 
+from .embedding import HEARTBEAT, EmbeddingDuty
 from .objects import Collector, objects_heartbeat
 from .retention import Retention, RetentionSettings
 from .scheduler import Fire, Scheduler
@@ -75,6 +79,7 @@ class WorkersRole:
         self.scheduler: Scheduler | None = None
         self.retention: Retention | None = None
         self.objects_alarms: Alarms | None = None
+        self.embedding: EmbeddingDuty | None = None
         self.shed_logged = False
 
     async def loop(
@@ -116,6 +121,8 @@ class WorkersRole:
             self.retention.evicted = self.evicted
         self.objects_alarms = Alarms()
         ctx.extras["objects_alarms"] = self.objects_alarms
+        self.embedding = EmbeddingDuty(ctx, Alarms())
+        ctx.extras["embedding_duty"] = self.embedding
         self.tasks = [
             asyncio.create_task(
                 self.loop(duties, "scheduler", self.tick_seconds, self.scheduler_tick), name="duty-scheduler"
@@ -132,6 +139,9 @@ class WorkersRole:
             ),
             asyncio.create_task(
                 self.loop(duties, "objects", objects_heartbeat, self.objects_tick), name="duty-objects"
+            ),
+            asyncio.create_task(
+                self.loop(duties, "embedding", lambda: HEARTBEAT, self.embedding.tick), name="duty-embedding"
             ),
         ]
 

@@ -29,6 +29,7 @@ from pydantic import AfterValidator, Discriminator, Field, Tag
 from pydantic_core import PydanticCustomError
 
 from ._company_integrations import GitHubIntegration, Integrations, McpServer, Tracker, TrackerType, Webhook
+from ._company_learning import Learning
 from ._company_types import (
     DEFAULT_DELIVERY_HEADER,
     HANDLE_PATTERN,
@@ -126,21 +127,29 @@ class LlmProvider(_Model):
 
 
 class Embeddings(_Model):
-    """``providers.embeddings`` (P2, accepted and shape-checked so upstream documents validate).
+    """``providers.embeddings`` (AG-10): the model that embeds pages and queries for semantic search.
 
     Attributes:
-        type: The wire protocol.
-        model: The embedding model id.
+        type: ``openai`` / ``openai-compatible`` (``POST {base_url}/embeddings`` over httpx) or
+            ``local`` (a model shipped inside an installed package, run on the CPU: ``wordllama``).
+        model: The embedding model id; ``local`` defaults to ``wordllama/l2_supercat_256``.
         api_key: Usually a ``${VAR}``; empty falls back to ``OPENAI_API_KEY``.
-        base_url: The endpoint; None for the vendor default.
-        dimensions: The vector width; None for the model's own.
+        base_url: The endpoint; None for the vendor default. Required for ``openai-compatible``.
+        dimensions: The vector width, 64..4 096; None for the model's own (AG-10's table). An
+            unknown model needs it.
+        batch_size: Inputs per provider call (1..2 048; 128).
+        timeout_seconds: Per call, in seconds (30).
+        max_input_chars: An input longer than this is cut before it is sent (8 000).
     """
 
-    type: Literal["openai", "openai-compatible"]
-    model: str
+    type: Literal["openai", "openai-compatible", "local"]
+    model: str | None = None
     api_key: str = ""
     base_url: str | None = None
     dimensions: int | None = Field(None, ge=1)
+    batch_size: int = Field(128, ge=1, le=2048)
+    timeout_seconds: float = Field(30, gt=0)
+    max_input_chars: int = Field(8000, ge=64)
 
 
 class Providers(_Model):
@@ -149,7 +158,7 @@ class Providers(_Model):
     Attributes:
         llm: Named provider entries; a role's ``llm`` names keys of this map. At least one is
             required (checked by the validator, which words the error better than a schema can).
-        embeddings: P2, inert.
+        embeddings: The embeddings provider (AG-10); None: no semantic search (AG-13 ``off``).
     """
 
     llm: dict[str, LlmProvider]
@@ -387,60 +396,6 @@ class TurnEngine(_Model):
     max_tool_rounds: int = Field(24, ge=1)
     delegation_depth_limit: int = Field(3, ge=1)
     max_iterations: int = Field(3, ge=1)
-
-
-class LearningReflect(_Model):
-    """``learning.reflect`` (AG-6, AG-15): the post-turn reflect pass.
-
-    Attributes:
-        enabled: False skips the whole pass for every seat (gate ``opted_out``).
-        persist_decider: False skips the persist decider (AG-3).
-        budget_tokens: Tokens one auxiliary call of the pass may spend (0 = uncapped).
-        summarize_episodes: ``query_episodes`` summarises through the auxiliary model (AG-4).
-        summarize_max_tokens: The summary's cap, in tokens.
-    """
-
-    enabled: bool = True
-    persist_decider: bool = True
-    budget_tokens: int = Field(5000, ge=0)
-    summarize_episodes: bool = True
-    summarize_max_tokens: int = Field(400, ge=1)
-
-
-class LearningCounterparty(_Model):
-    """``learning.counterparty`` (AG-5): the profiler.
-
-    Attributes:
-        enabled: False skips the profiler.
-        budget_tokens: Tokens one profiler call may spend (0 = uncapped).
-    """
-
-    enabled: bool = True
-    budget_tokens: int = Field(3000, ge=0)
-
-
-class Learning(_Model):
-    """The company ``learning`` block (AG-15, agent.md section 13.9); switches default on.
-
-    The reflect pass reads ``enabled``, ``reflect`` and ``counterparty``; the other sub-blocks
-    (key names as upstream's) are accepted as mappings and read by the passes that use them.
-
-    Attributes:
-        enabled: False opts every seat out of learning (AG-6 gate ``opted_out``).
-        reflect: The reflect pass (AG-6).
-        counterparty: The profiler (AG-5).
-    """
-
-    enabled: bool = True
-    reflect: LearningReflect = Field(default_factory=LearningReflect)
-    counterparty: LearningCounterparty = Field(default_factory=LearningCounterparty)
-    episodic: dict[str, int] = Field(default_factory=dict)
-    personal_memory: dict[str, int] = Field(default_factory=dict)
-    skill_synthesis: dict[str, int | float | bool] = Field(default_factory=dict)
-    skill_refinement: dict[str, int | float | bool] = Field(default_factory=dict)
-    skill_promotion: dict[str, int | float | bool] = Field(default_factory=dict)
-    skill_curator: dict[str, int | float | bool] = Field(default_factory=dict)
-    episode_lifecycle: dict[str, int | float | bool] = Field(default_factory=dict)
 
 
 class Company(_Model):

@@ -24,9 +24,6 @@ from ._company import (
     GitHubIntegration,
     Identities,
     Integrations,
-    Learning,
-    LearningCounterparty,
-    LearningReflect,
     LlmPhases,
     LlmProvider,
     McpServer,
@@ -43,7 +40,8 @@ from ._company import (
     Webhook,
     derive_slug,
 )
-from ._company_types import PERSONA_LIMIT
+from ._company_learning import Learning, LearningCounterparty, LearningReflect
+from ._company_types import EMBEDDING_WIDTH_RANGE, EMBEDDING_WIDTHS, LOCAL_EMBEDDING_MODEL, PERSONA_LIMIT
 from ._company_validate import (
     DOCUMENT_LIMIT,
     company_json_schema,
@@ -76,6 +74,9 @@ __all__ = [
     "NODE_ID_PATTERN",
     "OFFLINE_MODEL",
     "PERSONA_LIMIT",
+    "EMBEDDING_WIDTHS",
+    "EMBEDDING_WIDTH_RANGE",
+    "LOCAL_EMBEDDING_MODEL",
     "SOURCE_PATTERN",
     "Company",
     "CompanyRole",

@@ -8,12 +8,13 @@ and skip whatever is not well-shaped, so they add to the shape errors instead of
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from typing import Any
 
 from ._company_issues import join_path
 from ._company_org import OrgDraft
-from ._company_types import OFFLINE_MODEL
+from ._company_types import EMBEDDING_WIDTH_RANGE, EMBEDDING_WIDTHS, LOCAL_EMBEDDING_MODEL, OFFLINE_MODEL
 from ._issues import Issue, IssueType
 
 _HTTP_URL = re.compile(r"^https?://[^\s/]+")
@@ -37,6 +38,7 @@ class DeepChecks:
     def run(self) -> list[Issue]:
         """Run every check below in order and return the issues found (errors; empty when sound)."""
         self.providers()
+        self.embeddings()
         self.roles()
         self.unit_keys()
         self.webhooks()
@@ -77,6 +79,44 @@ class DeepChecks:
                     self.add(
                         f"{path}.base_url", "missing", "openai-compatible has no vendor default; set base_url"
                     )
+
+    def embeddings(self) -> None:
+        """``providers.embeddings`` (AG-10): ``base_url`` for openai-compatible, a width in 64..4 096
+        or a model whose width is known, and for ``local`` a ``wordllama`` model whose package is
+        installed."""
+        entry = self._mapping("providers", "embeddings")
+        if entry is None:
+            return
+        path = "providers.embeddings"
+        kind = entry.get("type")
+        model = entry.get("model")
+        dims = entry.get("dimensions")
+        lo, hi = EMBEDDING_WIDTH_RANGE
+        if isinstance(dims, int) and not isinstance(dims, bool) and not lo <= dims <= hi:
+            self.add(f"{path}.dimensions", "out_of_range", f"an embedding width is {lo}..{hi} (got {dims})")
+        if kind in ("openai", "openai-compatible"):
+            if model is None:
+                self.add(f"{path}.model", "missing", f"required key 'model' is missing for type {kind}")
+            elif dims is None and model not in EMBEDDING_WIDTHS:
+                self.add(
+                    f"{path}.dimensions",
+                    "missing",
+                    f"the width of model {model!r} is not known; set dimensions ({lo}..{hi})",
+                )
+            if kind == "openai-compatible" and entry.get("base_url") is None:
+                self.add(
+                    f"{path}.base_url", "missing", "openai-compatible has no vendor default; set base_url"
+                )
+        elif kind == "local":
+            name = model if isinstance(model, str) else LOCAL_EMBEDDING_MODEL
+            if not name.startswith("wordllama/"):
+                self.add(
+                    f"{path}.model", "invalid", f"type local runs wordllama/... models only (got {name!r})"
+                )
+            elif importlib.util.find_spec("wordllama") is None:
+                self.add(f"{path}.type", "invalid", "type local needs its package: pip install wordllama")
+            if entry.get("base_url") is not None:
+                self.add(f"{path}.base_url", "invalid", "type local calls no server; remove base_url")
 
     def _llm_refs(self, value: Any, path: str) -> None:
         keys = self._mapping("providers", "llm")

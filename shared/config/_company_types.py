@@ -162,3 +162,21 @@ class StrictModel(BaseModel):
 
 DEFAULT_DELIVERY_HEADER = "X-Request-Id"
 """CO-9's default delivery id header for generic webhooks."""
+
+
+EMBEDDING_WIDTHS: dict[str, int] = {
+    "text-embedding-3-large": 3072,
+    "text-embedding-3-small": 1536,
+    "gemini-embedding-001": 3072,
+    "embed-v4.0": 1536,
+    "wordllama/l2_supercat_256": 256,
+    "scripted-hash-256": 256,
+}
+"""An embedding model's own vector width (AG-10, upstream ``ModelWidths``); another model needs
+``providers.embeddings.dimensions``."""
+
+LOCAL_EMBEDDING_MODEL = "wordllama/l2_supercat_256"
+"""``type: local``'s default and only family (AG-10): weights shipped inside the ``wordllama`` wheel."""
+
+EMBEDDING_WIDTH_RANGE = (64, 4096)
+"""The widths ``providers.embeddings.dimensions`` may name (AG-10)."""

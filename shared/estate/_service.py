@@ -35,6 +35,7 @@ from shared.text import not_text
 from ._alarms import Alarms
 from ._errors import EstateError, Fenced, InvalidField, OutcomeUnknown, Refused, to_wire
 from ._protocol import Answer, Call, Status
+from ._search_answer import search_answer
 from .domains import OPS, ReadOp, WriteOp, reads, writes
 from .log._applier import Applier
 from .log._decide import DecideCtx, Rules
@@ -430,7 +431,9 @@ class EstateService:
             return spec.read(conn, rules, args)
 
         if spec.search:
-            data = self._search_answer(await self._search(fn, call.args), call.args, domain)
+            data = search_answer(
+                await self._search(fn, call.args), call.args, not self.appliers[domain].drained
+            )
         elif spec.inline:  # a point read: a few indexed statements, cheaper than a reader thread (issue 16)
             data = await self.store.read_inline(lambda conn: fn(conn, call.args))
         else:
@@ -446,14 +449,14 @@ class EstateService:
             meta["lag"] = {"records": applier.lag}
         return {"data": data, "meta": meta}
 
-    async def _search(self, fn: ReadFn, args: dict[str, Any]) -> list[dict[str, Any]]:
+    async def _search(self, fn: ReadFn, args: dict[str, Any]) -> list[dict[str, Any]] | dict[str, Any]:
         """Run ``pages.search`` inline while searches here are cheap (:data:`_INLINE_SEARCH`), else on a
         reader thread; either way one read transaction, and its CPU time updates the mean."""
 
-        def timed(conn: Connection) -> list[dict[str, Any]]:
+        def timed(conn: Connection) -> list[dict[str, Any]] | dict[str, Any]:
             t0 = time.thread_time()
             try:
-                hits: list[dict[str, Any]] = fn(conn, args)
+                hits: list[dict[str, Any]] | dict[str, Any] = fn(conn, args)
                 return hits
             finally:
                 took = time.thread_time() - t0
@@ -462,20 +465,6 @@ class EstateService:
         if self._search_cost < _INLINE_SEARCH:
             return await self.store.read_inline(timed)  # type: ignore[arg-type]
         return await self.store.read(timed)
-
-    def _search_answer(self, hits: list[dict[str, Any]], args: dict[str, Any], domain: str) -> dict[str, Any]:
-        building = not self.appliers[domain].drained
-        q = str(args.get("query", ""))
-        if hits and building:
-            sentence = "Results may be missing pages: the knowledge index here is still being built."
-        elif hits:
-            sentence = f"{len(hits)} page(s) matched."
-        elif building:
-            sentence = "The knowledge base is not searchable from here yet: its index is still being built."
-        else:
-            sentence = f"Nothing in the knowledge base matched {q!r}."
-        state = "building" if building else ("ok" if hits else "empty")
-        return {"hits": hits, "searched": True, "failed": False, "state": state, "sentence": sentence}
 
     async def _admin(self, call: Call) -> dict[str, Any]:
         status = {

@@ -4,13 +4,24 @@
 ``openai``/``openai-compatible`` and ``anthropic`` over httpx, and ``offline`` (deterministic,
 rule-driven, labelled ``[offline]``). :func:`build_providers` builds an applied company's
 entries; :class:`ProviderChain` rotates keys and falls back in order, skipping keys the node's
-:class:`CooldownBoard` has benched (CO-42, FL-121).
+:class:`CooldownBoard` has benched (CO-42, FL-121). :func:`build_embedder` builds ``providers.embeddings`` (AG-10): an
+:class:`Embedder` over httpx or the local ``wordllama`` model.
 """
 
 from ._anthropic import ANTHROPIC_BASE_URL, ANTHROPIC_VERSION, AnthropicProvider
 from ._base import DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_TIMEOUT_SECONDS, LlmProvider
 from ._chain import ProviderChain, ProviderSet, build_provider, build_providers
 from ._cooldowns import COOLDOWN_CEILING, MIN_COOLDOWN, Bench, BenchKind, CooldownBoard, key_hint
+from ._embeddings import (
+    BatchRefused,
+    Embedder,
+    HttpEmbedder,
+    LocalEmbedder,
+    build_embedder,
+    embedding_calls,
+    hash_vector,
+    normalise,
+)
 from ._errors import (
     MAX_RETRY_AFTER,
     AuthFailed,
@@ -43,6 +54,14 @@ from ._types import (
 )
 
 __all__ = [
+    "BatchRefused",
+    "Embedder",
+    "HttpEmbedder",
+    "LocalEmbedder",
+    "build_embedder",
+    "embedding_calls",
+    "hash_vector",
+    "normalise",
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_VERSION",
     "COOLDOWN_CEILING",

@@ -12,8 +12,10 @@ import abc
 from typing import Any
 
 from shared.estate import EstateError, ReadLevel
+from shared.providers import Embedder
 
 from ._errors import NobodyAnswered, RouterError
+from ._search import knowledge_search
 
 __all__ = ["EstateCalls", "failed_search"]
 
@@ -355,7 +357,14 @@ class EstateCalls(abc.ABC):
         )
 
     async def search_knowledge(
-        self, query: str, *, space: str | None = None, limit: int = 5, min_position: str | None = None
+        self,
+        query: str,
+        *,
+        space: str | None = None,
+        limit: int = 5,
+        min_position: str | None = None,
+        mode: str | None = None,
+        embedder: Embedder | None = None,
     ) -> dict[str, Any]:
         """``search_knowledge``: never raises to the model for a failure (CO-25, ES-36).
 
@@ -371,23 +380,29 @@ class EstateCalls(abc.ABC):
             ``assignment`` and ``scanned``: node → ``[lo, hi]``); a partial one adds ``partial``
             (``buckets_answered``, ``buckets_missing``, ``absent_nodes``, ``semantic_skipped``) and
             its ``sentence`` names how many of the 64 slices were not searched and advises
-            searching again or asking a colleague.
+            searching again or asking a colleague. AG-13 adds ``mode_requested``, ``mode_used``,
+            ``semantic`` (``ok|off|skipped|stale``) and ``vector_coverage`` (:mod:`._search`);
+            ``mode`` and ``embedder`` (the node's embeddings provider) choose hybrid ranking (AG-12).
 
         Raises:
             EstateUsageError: the query itself is wrong (empty, unknown space) — a caller's mistake.
         """
+
+        async def run(args: dict[str, Any]) -> dict[str, Any]:
+            return await self._run("pages.search", args, min_position=min_position)
+
         try:
-            return await self._run(
-                "pages.search",
-                {"query": query, "space": space, "limit": limit},
-                min_position=min_position,
-            )
+            return await knowledge_search(run, query, space=space, limit=limit, mode=mode, embedder=embedder)
         except NobodyAnswered as e:
             return failed_search(str(e))
         except (RouterError, EstateError) as e:
             if getattr(e, "retryable", False) or isinstance(e, RouterError):
                 return failed_search(str(e))
             raise
+
+    async def vectors_pending(self, model: str, dims: int, *, limit: int = 1024) -> dict[str, Any]:
+        """``vectors.pending``: changed pages to embed, windows to withdraw, coverage (AG-11, ES-67)."""
+        return await self._run("vectors.pending", {"model": model, "dims": dims, "limit": limit})
 
     async def list_spaces(self) -> dict[str, Any]:
         """Every knowledge space."""

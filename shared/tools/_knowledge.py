@@ -48,7 +48,9 @@ def check_path(path: str) -> str:
 async def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     limit = int(args.get("limit", 5))
     try:
-        found = await ctx.workspace.search_pages(args["query"], args.get("space"))
+        found = await ctx.workspace.search_pages(
+            args["query"], args.get("space"), mode=args.get("mode"), limit=limit
+        )
     except Exception as e:  # noqa: BLE001 - CO-25: search never raises to the model
         return {"hits": [], "searched": False, "error": f"{type(e).__name__}: {e}"}
     hits = found.get("hits", []) if isinstance(found, dict) else []
@@ -60,7 +62,17 @@ async def _search(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         out.append(hit)
     # the sentence the model reads: partial (ES-64), building (ES-65) or failed (ES-36) say so
     extra: dict[str, Any] = {
-        k: found[k] for k in ("sentence", "state", "partial") if isinstance(found, dict) and k in found
+        k: found[k]
+        for k in (
+            "sentence",
+            "state",
+            "partial",
+            "mode_requested",
+            "mode_used",
+            "semantic",
+            "vector_coverage",
+        )
+        if isinstance(found, dict) and k in found
     }
     searched = bool(found.get("searched", True)) if isinstance(found, dict) else True
     return {"hits": out, "searched": searched, **extra}
@@ -113,13 +125,15 @@ def knowledge_tools() -> list[Tool]:
     return [
         Tool(
             "search_knowledge",
-            "Search the company's knowledge base (BM25 over titles and bodies). Returns up to "
-            "`limit` hits (default 5) with a short snippet each.",
+            "Search the company's knowledge base by words (BM25) and, when the company has "
+            "embeddings, by meaning (hybrid by default). Returns up to `limit` hits (default 5) "
+            "with a short snippet each, and says how it searched (`mode_used`, `semantic`).",
             arguments(
                 {
                     "query": {"type": "string", "minLength": 1},
                     "space": _SPACE,
                     "limit": {"type": "integer", "minimum": 1, "maximum": 20},
+                    "mode": {"type": "string", "enum": ["hybrid", "lexical", "semantic"]},
                 },
                 "query",
             ),

@@ -108,8 +108,12 @@ class Workspace(Protocol):
         """Return the items matching every filter given (None: no filter), newest first."""
         ...
 
-    async def search_pages(self, q: str, space: str | None = None) -> dict[str, Any]:
-        """Rank pages by BM25 over title and body (CO-25); returns ``{"hits": [...]}``."""
+    async def search_pages(
+        self, q: str, space: str | None = None, *, mode: str | None = None, limit: int = 5
+    ) -> dict[str, Any]:
+        """Rank pages by BM25 over title and body (CO-25), fused with vector similarity when the
+        company has embeddings (AG-12; ``mode`` hybrid | lexical | semantic, AG-13); returns
+        ``{"hits": [...], "mode_used", "semantic", ...}``."""
         ...
 
     async def read_page(self, space: str, title: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from typing import Any, Self
 
 __all__ = [
     "AnthropicServer",
+    "EmbeddingsServer",
     "OpenAIServer",
     "Reply",
     "ScriptedServer",
@@ -123,6 +124,10 @@ class ScriptedServer:
                     else:
                         server.seen.append(seen)
                         reply = server.script.pop(0) if server.script else None
+                    if reply is None and isinstance(server, EmbeddingsServer) and isinstance(body, dict):
+                        reply = server.fail_with or Reply(
+                            server.answer([str(t) for t in body.get("input") or []])
+                        )
                 if reply is None:
                     reply = Reply({"error": {"message": "script exhausted"}}, status=500)
                 if reply.delay and server._stopping.wait(reply.delay):
@@ -191,6 +196,42 @@ class OpenAIServer(ScriptedServer):
     def base_url(self) -> str:
         """The ``base_url`` a provider entry names: ``<url>/v1``."""
         return f"{self.url}/v1"
+
+
+class EmbeddingsServer(ScriptedServer):
+    """Answers ``POST {base}/embeddings`` (base ``<url>/v1``) with model ``scripted-hash-256`` (AG §0).
+
+    With an empty script every request is answered computed: a 256-wide feature-hashing vector of
+    each input's lower-cased word stems, L2-normalised (``shared.providers.hash_vector``), filed by
+    ``index``. A scripted :class:`Reply` (a 503, a delay, a shuffled or repeated index) answers
+    the next request instead; :meth:`answer` with an ``order`` builds ES-67's shuffled or repeated
+    indices.
+    ``fail_with`` answers every request with that reply until cleared (an outage).
+    """
+
+    paths = ("/embeddings",)
+    fail_with: Reply | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` of ``providers.embeddings``: ``<url>/v1``."""
+        return f"{self.url}/v1"
+
+    def inputs(self) -> list[list[str]]:
+        """The ``input`` list of every request answered so far, in order."""
+        return [list(s.body.get("input") or []) for s in self.seen if isinstance(s.body, dict)]
+
+    @staticmethod
+    def answer(texts: list[str], order: list[int] | None = None) -> dict[str, Any]:
+        """A ``/embeddings`` body for ``texts``, items in ``order`` (indices; default in order)."""
+        from shared.providers import hash_vector
+
+        idx = order if order is not None else list(range(len(texts)))
+        return {
+            "object": "list",
+            "model": "scripted-hash-256",
+            "data": [{"object": "embedding", "index": i, "embedding": hash_vector(texts[i])} for i in idx],
+        }
 
 
 class AnthropicServer(ScriptedServer):

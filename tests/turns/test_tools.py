@@ -160,7 +160,7 @@ async def test_file_tools_text_only_and_safe_paths() -> None:
 async def test_search_never_raises_to_the_model() -> None:
     ctx = _ctx()
 
-    async def fail(q: str, space: str | None = None) -> dict[str, Any]:
+    async def fail(q: str, space: str | None = None, **kw: Any) -> dict[str, Any]:
         raise ConnectionError("index gone")
 
     ctx.workspace.search_pages = fail  # type: ignore[method-assign]

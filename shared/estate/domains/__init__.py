@@ -19,7 +19,7 @@ from ..log._gates import apply_gate
 from ..log._ids import register_log
 from ..log._record import Record
 from ..store._schema import declare_ddl
-from . import files, memory, pages, tracker, usage
+from . import files, memory, pages, tracker, usage, vectors
 from ._seam import EstateDomain, ReadOp, WriteOp
 
 __all__ = [
@@ -43,6 +43,7 @@ REGISTERED: tuple[EstateDomain, ...] = (
     pages.DOMAIN,
     memory.DOMAIN,
     usage.DOMAIN,
+    vectors.DOMAIN,
 )
 """Every domain of this build, in the order its tables, DDL and operations are declared."""
 

@@ -44,7 +44,7 @@ __all__ = [
     "validate_op_id",
 ]
 
-Domain = Literal["tracker", "pages", "memory", "usage"]
+Domain = Literal["tracker", "pages", "memory", "vectors", "usage"]
 STREAMS: dict[str, str] = {
     "tracker": "CREWLET_TRACKER_LOG",
     "pages": "CREWLET_PAGES_LOG",

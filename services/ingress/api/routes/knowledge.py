@@ -1,6 +1,8 @@
 """Knowledge routes (CO-25, CO-27, ES-36, ES-65), through the router.
 
-``GET /knowledge/search?q=`` answers ``{hits, searched, failed, state, sentence}``: ``state`` tells
+``GET /knowledge/search?q=&mode=&limit=`` (limit 8, ≤ 20) answers ``{hits, searched, failed,
+state, sentence, mode_requested, mode_used, semantic, vector_coverage}`` (AG-13: hybrid BM25 ⊕
+vectors when the company has embeddings, AG-12): ``state`` tells
 ``ok``, ``empty`` (nothing matched), ``building`` (the index here is not built yet) and ``failed``
 ("could not be searched": no data node answered) apart; hits rank by the text as typed, the exact
 phrase, every word, some word, then BM25 (issue 12). A ``q`` without a word (empty, blanks or
@@ -18,7 +20,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.router import EstateRouter
-from shared.runtime import MAX_VERSION, NodeContext, api_error
+from shared.runtime import MAX_VERSION, NodeContext, api_error, node_embedder
 
 from ._common import (
     GRANTED,
@@ -64,11 +66,15 @@ class KnowledgeRoutes(EstateResource):
         self,
         q: str = Query(""),  # missing, "" and "?!..." are all refused by the estate naming q: one shape
         space: str | None = None,
-        limit: int = Query(5, ge=1, le=20),
+        limit: int = Query(8, ge=1, le=20),
         min_position: str | None = None,
+        mode: str | None = None,
     ) -> dict[str, Any]:
+        embedder = node_embedder(self.ctx)
         return await self.read(
-            lambda est: est.search_knowledge(q, space=space, limit=limit, min_position=min_position)
+            lambda est: est.search_knowledge(
+                q, space=space, limit=limit, min_position=min_position, mode=mode, embedder=embedder
+            )
         )
 
     async def spaces(self) -> dict[str, Any]:

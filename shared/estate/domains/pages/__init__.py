@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .._seam import EstateDomain, ReadOp, WriteOp
 from ._divided import DIVIDE_AT, SLICE_WAIT, DividedSearch, SliceResponder, assign, merge_hits, slice_subject
+from ._hybrid import RRF_K, fuse, fuse_answer, merge_lexical, search
 from ._pages import KINDS, PAGE_LIMIT, address_of, decide_page, decide_space
 from ._read import get_page, list_pages, list_spaces, page_view, search_pages
 from ._tables import PAGES_FTS, Container, Page, PageRevision
@@ -20,6 +21,10 @@ __all__ = [
     "DIVIDE_AT",
     "DOMAIN",
     "PAGE_LIMIT",
+    "RRF_K",
+    "fuse",
+    "fuse_answer",
+    "merge_lexical",
     "SLICE_WAIT",
     "DividedSearch",
     "SliceResponder",
@@ -42,7 +47,7 @@ DOMAIN = EstateDomain(
     reads={
         "pages.get": ReadOp(lambda c, r, a: get_page(c, a)),
         "pages.list": ReadOp(lambda c, r, a: list_pages(c, a)),
-        "pages.search": ReadOp(lambda c, r, a: search_pages(c, a), search=True),
+        "pages.search": ReadOp(lambda c, r, a: search(c, a), search=True),
         "spaces.list": ReadOp(lambda c, r, a: list_spaces(c)),
     },
     apply=KINDS,

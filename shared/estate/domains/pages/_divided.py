@@ -57,7 +57,9 @@ from ..._errors import EstateError
 from ..._protocol import Answer, Call
 from ...log._ids import BUCKETS
 from ...store._fts import lexical_query
-from ...store._store import EstateStore
+from ...store._store import EstateStore, FastConn
+from .. import vectors
+from ._hybrid import fuse_answer, merge_lexical
 from ._read import bucket_range
 
 __all__ = [
@@ -275,7 +277,11 @@ class DividedSearch:
         wait = max(0.1, min(self.slice_wait, remaining))
         body = {
             "v": _VERSION,
-            "args": {k: v for k, v in call.args.items() if k in ("query", "space", "limit")},
+            "args": {
+                k: v
+                for k, v in call.args.items()
+                if k in ("query", "space", "limit", "mode", "vector", "model", "dims")
+            },
             "assignment": {n: list(r) for n, r in table.items()},
             "floors": call.floors,
             "min_position": call.min_position,
@@ -325,6 +331,9 @@ class DividedSearch:
         if own is not None:
             answers[self.node_id] = own
         hits: list[list[dict[str, Any]]] = []
+        lexs: list[list[dict[str, Any]]] = []
+        sems: list[list[tuple[str, int, float]]] = []
+        cover = [0, 0]
         scanned: dict[str, list[int]] = {}
         absent: dict[str, str] = {}
         answered = 0
@@ -337,6 +346,10 @@ class DividedSearch:
                 absent[node] = ans.reason or (str(ans.error.get("code")) if ans.error else "failed")
                 continue
             hits.append([h for h in data.get("hits", []) if isinstance(h, dict)])
+            lexs.append([h for h in data.get("lexical") or [] if isinstance(h, dict)])
+            sems.append([(str(c[0]), int(c[1]), float(c[2])) for c in data.get("semantic") or []])
+            vc = data.get("vector_coverage") or [0, 0]
+            cover = [cover[0] + int(vc[0]), cover[1] + int(vc[1])]
             scanned[node] = [lo, hi]
             if meta is None and isinstance(ans.result, dict):
                 meta = ans.result.get("meta")
@@ -344,10 +357,24 @@ class DividedSearch:
                 absent[node] = "building"
                 continue
             answered += hi - lo + 1
-        merged = merge_hits(hits, int(limit) if isinstance(limit, int) else 5)
+        n = int(limit) if isinstance(limit, int) else 5
+        fused: dict[str, Any] = {}
+        if "vector" in call.args and call.args.get("mode") in (
+            "hybrid",
+            "semantic",
+        ):  # AG-12: merge, fuse once
+            lex, sem = merge_lexical(lexs), vectors.merge_semantic(sems)
+            mode = str(call.args["mode"])
+            match = lexical_query(str(call.args.get("query", "")), field="q").some
+            fused = await self._store.read(
+                lambda conn: fuse_answer(FastConn(conn), lex, sem, n, cover[0], cover[1], mode, match=match)
+            )
+            merged = fused.pop("hits")
+        else:
+            merged = merge_hits(hits, n)
         missing = BUCKETS - answered
         result = {
-            "data": self._data(call, merged, answered, missing, absent, table, scanned),
+            "data": {**self._data(call, merged, answered, missing, absent, table, scanned), **fused},
             "meta": {**(meta or {}), "served_by": self.node_id},
         }
         _DIVIDED.labels(outcome="partial" if missing else "whole").inc()

@@ -37,6 +37,10 @@ SNIPPET = 200
 """Longest snippet in characters (CO-25)."""
 _BM25 = "bm25(pages_fts, 0.0, 0.0, 2.0, 1.0)"
 """A hit's relevance: FTS5 BM25 over title ×2 and body (CO-25); lower is better."""
+_SNIP = "snippet(pages_fts, 3, '', '', '…', 32)"
+"""A hit's snippet: 32 tokens of body around the first match (ES-66); the hybrid ranking's lexical
+list of 150 skips it (``snippets=False``) and reads it for the final hits only."""
+_NO_SNIP = "''"
 _SPARE = 8
 """Candidates :func:`_top_hits` ranks beyond ``limit``: a tie at the cut within them is settled
 from ``pages`` alone, without reading the matches again."""
@@ -182,7 +186,12 @@ def _space_key(conn: SqlConn, key: str) -> str:
 
 
 def _one_statement(
-    conn: SqlConn, lexical: LexicalQuery, space: str | None, limit: int, buckets: tuple[int, int] | None
+    conn: SqlConn,
+    lexical: LexicalQuery,
+    space: str | None,
+    limit: int,
+    buckets: tuple[int, int] | None,
+    snippets: bool = True,
 ) -> list[dict[str, Any]]:
     """:func:`search_pages` as one statement: every match joined with its page, ordered, cut.
 
@@ -199,7 +208,7 @@ def _one_statement(
     rank = lexical.rank_sql("pages_fts", ("p.title", "p.body"), bind)
     sql = (
         f"SELECT p.id, p.container, p.title, p.search_shard, {_BM25} AS score, "
-        f"snippet(pages_fts, 3, '', '', '…', 32) AS snip, {rank} AS rank_class "
+        f"{_SNIP if snippets else _NO_SNIP} AS snip, {rank} AS rank_class "
         "FROM pages_fts JOIN pages p ON p.rowid = pages_fts.rowid "
         "WHERE pages_fts MATCH ? AND p.status = 'published'"
     )
@@ -236,7 +245,7 @@ def _hit(page_id: str, space: str, title: str, snip: str | None, score: float) -
 
 
 def _top_hits(
-    conn: SqlConn, lexical: LexicalQuery, space: str | None, limit: int
+    conn: SqlConn, lexical: LexicalQuery, space: str | None, limit: int, snippets: bool = True
 ) -> list[dict[str, Any]] | None:
     """The undivided search's hits, ranked by the index alone, ``pages`` read for the hits only.
 
@@ -310,7 +319,7 @@ def _top_hits(
         if len(tied) < need:  # pages not published among them: the next ones are not in hand
             return None
         chosen.update((rid, cut) for rid in tied[:need])
-    return _hits(conn, lexical, chosen)
+    return _hits(conn, lexical, chosen, snippets)
 
 
 def _by_id(conn: SqlConn, rowids: list[int]) -> list[int]:
@@ -336,7 +345,7 @@ def _tied(
 
 
 def _hits(
-    conn: SqlConn, lexical: LexicalQuery, chosen: dict[int, tuple[int, float]]
+    conn: SqlConn, lexical: LexicalQuery, chosen: dict[int, tuple[int, float]], snippets: bool = True
 ) -> list[dict[str, Any]] | None:
     """The hits of the index rowids ``chosen`` (rowid → class, ``bm25``): pages and snippets, in order.
 
@@ -349,7 +358,7 @@ def _hits(
     if not chosen:
         return []
     rows = conn.exec_driver_sql(
-        "SELECT pages_fts.rowid AS rid, snippet(pages_fts, 3, '', '', '…', 32) AS snip, "
+        f"SELECT pages_fts.rowid AS rid, {_SNIP if snippets else _NO_SNIP} AS snip, "
         "p.id, p.container, p.title, p.status FROM pages_fts CROSS JOIN pages p ON p.rowid = pages_fts.rowid "
         f"WHERE pages_fts MATCH ? AND pages_fts.rowid IN ({', '.join('?' * len(chosen))})",
         (lexical.some, *chosen),
