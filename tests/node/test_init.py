@@ -81,7 +81,10 @@ def test_a_question_is_answered_by_reading_and_files_nothing(node: Node) -> None
     before = sorted(i["key"] for i in _items(node))
     out = crewlet("send", "support", "What is open on CORE?", "--wait", url=node.url)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "[offline] Open on CORE: " in out.stdout and f"{key} Price list for 2027 (todo, unassigned)" in out.stdout
+    assert (
+        "[offline] Open on CORE: " in out.stdout
+        and f"{key} Price list for 2027 (todo, unassigned)" in out.stdout
+    )
     out = crewlet("send", "support", "Where do I start?", "--wait", url=node.url)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[offline] From the knowledge base: " in out.stdout
