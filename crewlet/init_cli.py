@@ -154,5 +154,5 @@ def init(
     typer.echo(f"  crewlet validate --company {d}/company.yaml --node {d}/crewlet.yaml")
     typer.echo("  export CREWLET_API_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')")
     typer.echo(f"  cd {d} && crewlet node --node crewlet.yaml --company company.yaml")
-    typer.echo("  crewlet send support 'Where do I start?' --wait     # in another shell")
+    typer.echo("  crewlet send support 'Hello' --wait                # in another shell")
     typer.echo("A real model: see the comment under providers.llm in company.yaml.")
