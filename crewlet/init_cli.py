@@ -7,7 +7,8 @@ unless ``--force``:
   (``lead``, ``builder``, ``support``) with a project and a knowledge space, on the ``offline``
   provider (no key, no network), and a commented ``openai-compatible`` entry to switch to;
 - ``offline-script.yaml``: rules whose default *answers* (a message gets a reply naming what was
-  asked) and whose work rules comment on the item they were woken for, so assigned work ends
+  asked), whose question rules answer ``support`` by reading the tracker or the knowledge base,
+  and whose work rules comment on the item they were woken for, so assigned work ends
   ``delivered`` rather than stalling;
 - ``crewlet.yaml``: a one-node file (all four roles, embedded broker, store under ``DIR/.crewlet``).
 
@@ -89,6 +90,18 @@ rules:
       - tool: comment_on_work_item
         args: { key: "{trigger.work_item.key}", body: "Noted on {trigger.work_item.key}." }
     final: "Answered on {trigger.work_item.key}."
+  # a question to support is answered by reading: what is open lists CORE's open items, any other
+  # question (ending in "?" or starting with who/how/...) names the top knowledge pages
+  - when: { seat: support, text_matches: '(?i)^\\s*what\\b.*\\bopen\\b' }
+    steps:
+      - tool: list_work_items
+        args: { project: CORE, limit: 20 }
+    final: "Open on CORE: {result[0].items:open}"
+  - when: { seat: support, text_matches: '(?i)^\\s*(what|who|when|where|why|how|is|are|which|can|do|does)\\b|\\?\\s*$' }
+    steps:
+      - tool: search_knowledge
+        args: { query: "{trigger.text}", limit: 3 }
+    final: "From the knowledge base: {result[0].hits}"
   # a message to support that reports a bug is filed for the lead
   - when: { seat: support, text_contains: "bug" }
     steps:
@@ -141,5 +154,5 @@ def init(
     typer.echo(f"  crewlet validate --company {d}/company.yaml --node {d}/crewlet.yaml")
     typer.echo("  export CREWLET_API_TOKEN=$(python3 -c 'import secrets; print(secrets.token_urlsafe(24))')")
     typer.echo(f"  cd {d} && crewlet node --node crewlet.yaml --company company.yaml")
-    typer.echo("  crewlet send support 'Where do I start?' --wait     # in another shell")
+    typer.echo("  crewlet send support 'Hello' --wait                # in another shell")
     typer.echo("A real model: see the comment under providers.llm in company.yaml.")

@@ -4,6 +4,12 @@ The offline provider is deterministic and rule-driven: ``rules[]`` each ``{when,
 plus ``default: {final}``. This module checks the file's shape and its templates: ``args`` and
 ``final`` may use only the placeholders CO-15 lists (and ``memory.recalled``, AG-8: the first entry
 of the prompt's ``Personal memory``), and ``result[n]`` must name an earlier step.
+
+Reading rules (issue 38): ``when.text_matches`` is a regular expression (Python ``re.search``
+over the trigger text; refused with its path when it does not compile), so a rule can catch a
+question; ``{result[n].<field>}`` whose value is a list renders one short line per entry (a work
+item as ``SUP-1 title (status, assignee)``, a knowledge hit as ``SPACE/title``, ``(none)`` when
+empty), and ``{result[n].<field>:open}`` keeps only the work items not done, cancelled or closed.
 What the provider *does* with the rules lives with the provider, not here.
 """
 
@@ -14,7 +20,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._company_issues import issues_from_error, join_path
 from ._issues import ConfigInvalid, Issue, sort_issues
@@ -33,7 +39,7 @@ __all__ = [
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _ALLOWED = re.compile(
     r"^(trigger\.(text|first_line|work_item\.key|sender)|seat\.handle|seat\.managers\[0\]|memory\.recalled"
-    r"|seat\.reports\[\d+\]|result\[(?P<step>\d+)\]\.[A-Za-z_][A-Za-z0-9_]*)$"
+    r"|seat\.reports\[\d+\]|result\[(?P<step>\d+)\]\.[A-Za-z_][A-Za-z0-9_]*(:open)?)$"
 )
 
 
@@ -50,6 +56,8 @@ class OfflineWhen(_Model):
         source: The trigger's ``source`` (``api``, ``work``, ``webhook:forms``, ...).
         reason: The trigger's ``reason`` (``assigned``, ...).
         text_contains: A substring of the trigger text.
+        text_matches: A regular expression found in the trigger text (``re.search``), e.g.
+            ``"\\?\\s*$"`` for a question; at most 500 characters, must compile (issue 38).
     """
 
     seat: str | None = None
@@ -57,6 +65,17 @@ class OfflineWhen(_Model):
     source: str | None = None
     reason: str | None = None
     text_contains: str | None = None
+    text_matches: str | None = Field(default=None, max_length=500)
+
+    @field_validator("text_matches")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+        return value
 
 
 class OfflineStep(_Model):

@@ -12,6 +12,13 @@ seat's recall put before it, so a demo turn can quote a line it remembered); the
 already refused any other placeholder. A value that is absent (no manager, a failed step
 without that field) renders as "".
 
+Answering by reading (issue 38): ``when.text_matches`` is a regular expression searched in the
+trigger text. A ``result[n].<field>`` whose value is a list (``list_work_items``' ``items``,
+``search_knowledge``' ``hits``) renders as short lines joined by ``"; "``: a work item as
+``SUP-1 title (status, assignee)``, a hit as ``SPACE/title``, anything else as its text, and
+``(none)`` for an empty list; the ``:open`` suffix drops the work items whose status is ``done``,
+``cancelled`` or ``closed``.
+
 Everything it writes is visibly not a model's work (CO-15): the final text and every string
 argument named ``body`` start with ``[offline] ``, and so do work item titles (ours: the brief
 asks for titles too; page titles are left alone because a page title is its address —
@@ -61,7 +68,8 @@ OFFLINE_LABEL = "[offline] "
 """The prefix on every text the offline provider writes (CO-15)."""
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_INDEXED = re.compile(r"^(seat\.reports|result)\[(\d+)\](?:\.([A-Za-z_][A-Za-z0-9_]*))?$")
+_INDEXED = re.compile(r"^(seat\.reports|result)\[(\d+)\](?:\.([A-Za-z_][A-Za-z0-9_]*))?(:open)?$")
+_CLOSED = frozenset({"done", "cancelled", "closed"})
 _TITLED_TOOLS = frozenset({"create_work_item", "update_work_item"})
 _STEP_ID = re.compile(r"^offline-(\d+)$")
 _SUBMIT_ID = "offline-submit-"
@@ -104,6 +112,8 @@ class OfflineProvider(LlmProvider):
             if when.reason is not None and when.reason != context.reason:
                 continue
             if when.text_contains is not None and when.text_contains not in context.text:
+                continue
+            if when.text_matches is not None and re.search(when.text_matches, context.text) is None:
                 continue
             return rule
         return None
@@ -284,7 +294,28 @@ def _lookup(path: str, context: RequestContext, results: dict[int, Any]) -> str:
         return context.reports[n] if n < len(context.reports) else ""
     result = results.get(n)
     value = result.get(field) if isinstance(result, dict) and field else None
+    if isinstance(value, list):
+        return _lines(value, open_only=indexed.group(4) is not None)
     return "" if value is None else str(value)
+
+
+def _lines(entries: list[Any], *, open_only: bool) -> str:
+    """A tool result's list as short lines joined by ``"; "`` (issue 38); ``(none)`` when empty."""
+    out: list[str] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            out.append(str(entry))
+        elif "key" in entry:
+            if open_only and entry.get("status") in _CLOSED:
+                continue
+            who = entry.get("assignee") or "unassigned"
+            out.append(f"{entry['key']} {entry.get('title', '')} ({entry.get('status', '')}, {who})")
+        elif "title" in entry:
+            space = entry.get("space")
+            out.append(f"{space}/{entry['title']}" if space else str(entry["title"]))
+        else:
+            out.append(json.dumps(entry, sort_keys=True))
+    return "; ".join(out) if out else "(none)"
 
 
 def _render(template: str, context: RequestContext, results: dict[int, Any]) -> str:

@@ -400,9 +400,10 @@ def test_offline_script_is_checked_beside_the_company_file(tmp_path: Path) -> No
 def test_example_offline_script_loads() -> None:
     script = api.load_offline_script(REPO / "examples" / "offline-script.yaml")
     seats = [r.when.seat for r in script.rules]
-    assert seats == ["triage", "triage", None, None, None, "triage", "lead"]
+    assert seats == ["triage", "triage", None, None, None] + ["triage"] * 4 + ["lead", "dev", "docs"]
     assert [r.when.source for r in script.rules[:5]] == ["github", "github", "github", "work", "work"]
-    assert script.rules[-1].steps[2].tool == "comment_on_work_item"
+    assert [r.when.text_matches is not None for r in script.rules[5:9]] == [True, True, True, False]
+    assert script.rules[9].steps[2].tool == "comment_on_work_item"
     assert script.default.final == "No rule matched; nothing done."
 
 

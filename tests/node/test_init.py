@@ -60,9 +60,35 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
 
 
 def test_a_message_gets_an_answer(node: Node) -> None:
+    out = crewlet("send", "support", "Hello, I am new here", "--wait", url=node.url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[offline] Hello from support. You asked: Hello, I am new here" in out.stdout
+
+
+def _items(node: Node) -> list[dict]:
+    r = httpx.get(f"{node.url}/work", headers=H, params={"project": "CORE"}, timeout=10)
+    assert r.status_code == 200, r.text
+    items: list[dict] = r.json()["items"]
+    return items
+
+
+def test_a_question_is_answered_by_reading_and_files_nothing(node: Node) -> None:
+    r = httpx.post(
+        f"{node.url}/work", headers=H, timeout=10, json={"project": "CORE", "title": "Price list for 2027"}
+    )
+    assert r.status_code == 201, r.text
+    key = r.json()["item"]["key"]
+    before = sorted(i["key"] for i in _items(node))
+    out = crewlet("send", "support", "What is open on CORE?", "--wait", url=node.url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (
+        "[offline] Open on CORE: " in out.stdout
+        and f"{key} Price list for 2027 (todo, unassigned)" in out.stdout
+    )
     out = crewlet("send", "support", "Where do I start?", "--wait", url=node.url)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "[offline] Hello from support. You asked: Where do I start?" in out.stdout
+    assert "[offline] From the knowledge base: " in out.stdout
+    assert sorted(i["key"] for i in _items(node)) == before
 
 
 def test_assigned_work_is_delivered(node: Node) -> None:

@@ -141,3 +141,70 @@ async def test_same_conversation_same_answer() -> None:
     offline = providers.OfflineProvider("o", script=SCRIPT)
     request = ChatRequest("sys", (UserMessage("go"),), context=LEAD)
     assert await offline.complete(request) == await offline.complete(request)
+
+
+READER = _script(
+    {
+        "rules": [
+            {
+                "when": {"text_matches": r"(?i)^\s*what\b.*\bopen\b"},
+                "steps": [{"tool": "list_work_items", "args": {"project": "SUP"}}],
+                "final": "Open: {result[0].items:open} | all: {result[0].items}",
+            },
+            {
+                "when": {"text_matches": r"\?\s*$"},
+                "steps": [{"tool": "search_knowledge", "args": {"query": "{trigger.text}"}}],
+                "final": "Pages: {result[0].hits}",
+            },
+        ],
+    }
+)
+
+
+async def _read_answer(text: str, result: object) -> str:
+    offline = providers.OfflineProvider("o", script=READER)
+    context = RequestContext(seat="triage", text=text)
+    first = await offline.complete(ChatRequest("s", (UserMessage(text),), context=context))
+    call = first.tool_calls[0]
+    messages = (
+        UserMessage(text),
+        AssistantMessage(tool_calls=(call,)),
+        ToolResultMessage(call.id, call.name, json.dumps(result)),
+    )
+    done = await offline.complete(ChatRequest("s", messages, context=context))
+    return done.text
+
+
+async def test_a_question_is_answered_from_what_the_read_tools_returned() -> None:
+    # issue 38: list results render as short lines; ``:open`` drops done/cancelled/closed items
+    items = [
+        {"key": "SUP-2", "title": "Login fails", "status": "in_progress", "assignee": "dev"},
+        {"key": "SUP-1", "title": "Old crash", "status": "done", "assignee": "lead"},
+        {"key": "SUP-3", "title": "Typo", "status": "todo", "assignee": None},
+    ]
+    assert await _read_answer("What is open on SUP?", {"items": items}) == (
+        "[offline] Open: SUP-2 Login fails (in_progress, dev); SUP-3 Typo (todo, unassigned) | all: "
+        "SUP-2 Login fails (in_progress, dev); SUP-1 Old crash (done, lead); SUP-3 Typo (todo, unassigned)"
+    )
+    assert await _read_answer("what is open", {"items": []}) == "[offline] Open: (none) | all: (none)"
+    hits = [{"space": "ENG", "title": "Release checklist"}, {"space": "SUP", "title": "FAQ"}]
+    assert await _read_answer("How do I release?", {"hits": hits}) == (
+        "[offline] Pages: ENG/Release checklist; SUP/FAQ"
+    )
+    assert providers.OfflineProvider("o", script=READER).match(RequestContext(seat="x", text="Crash")) is None
+
+
+def test_text_matches_must_compile_and_open_is_the_only_suffix() -> None:
+    _, issues = validate_offline_script_data(
+        {
+            "rules": [
+                {"when": {"text_matches": "[a-"}, "final": "x"},
+                {"steps": [{"tool": "list_work_items"}], "final": "{result[0].items:closed}"},
+            ]
+        }
+    )
+    assert [(i.path, i.type) for i in issues] == [
+        ("rules[0].when.text_matches", issues[0].type),
+        ("rules[1].final", "invalid"),
+    ]
+    assert "not a regular expression" in issues[0].message
