@@ -126,10 +126,11 @@ def _post_github(client: httpx.Client, secret: str, name: str) -> dict[str, Any]
     answer = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
     linked = (answer.get("linked") or {}) if isinstance(answer, dict) else {}
     routed = ", ".join(f"{x['seat']} ({x['reason']})" for x in answer.get("routed") or []) or "nobody"
-    woken = ", ".join(answer.get("woken") or []) or "nobody"
+    woken = ", ".join(answer.get("woken") or [])  # seats the linked item's tracker wakes (assignee, watchers)
     print(
         f"\nposted GitHub's {name} delivery: {r.status_code} {answer.get('status')}; work item "
-        f"{linked.get('work_item')} ({linked.get('outcome')}); routed to {routed}; woke {woken}"
+        f"{linked.get('work_item')} ({linked.get('outcome')}); routed to {routed}"
+        + (f"; the work item woke {woken}" if woken else "")
     )
     return dict(answer) if r.status_code == 202 else None
 
