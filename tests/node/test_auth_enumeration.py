@@ -94,6 +94,7 @@ DECISIONS: dict[tuple[str, str], Decision] = {
     ("GET", "/turns/{turn_id}"): "audit:read",
     ("GET", "/tokens/breakdown"): "state:read",
     ("GET", "/usage"): "state:read",
+    ("GET", "/agents/{handle}/memory"): "audit:read",
     ("GET", "/work"): "state:read",
     ("GET", "/work/catalogue"): "state:read",
     ("GET", "/projects"): "state:read",
