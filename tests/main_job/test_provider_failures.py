@@ -107,7 +107,9 @@ def test_failing_provider_fails_the_turn_and_loses_nothing(
         keys = [
             r.headers.get("authorization")
             for r in llm.requests()  # executor calls; the reviewer's follow on the free key
-            if "case:rate-limited" in OPENAI.user_text(r.body)
+            # the trigger's own case (the first one named): recalled episodes of earlier turns in
+            # a prompt's memory sections may name other cases (AG-8)
+            if (m := _CASE.search(OPENAI.user_text(r.body))) and m.group(1) == "rate-limited"
         ]
         assert keys == ["Bearer test-key", "Bearer test-key-2"], keys
         (benched,) = [e for e in node.events() if e.get("event") == "credential_cooled"]

@@ -136,7 +136,9 @@ class MemoryWorkspace:
         ]
         return list(reversed(out))
 
-    async def search_pages(self, q: str, space: str | None = None) -> dict[str, Any]:
+    async def search_pages(
+        self, q: str, space: str | None = None, *, mode: str | None = None, limit: int = 5
+    ) -> dict[str, Any]:
         self.calls.append("search_pages")
         words = {w.lower() for w in q.split() if len(w) > 3}
         hits = []
@@ -156,7 +158,7 @@ class MemoryWorkspace:
                     }
                 )
         hits.sort(key=lambda h: (-h["score"], h["title"]))
-        return {"hits": hits}
+        return {"hits": hits[:limit], "mode_used": "lexical", "semantic": "off"}
 
     async def read_page(self, space: str, title: str) -> dict[str, Any]:
         self.calls.append("read_page")
