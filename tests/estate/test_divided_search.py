@@ -267,6 +267,9 @@ def _undivided(
 # -- the story -------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(
+    300
+)  # a three-node fleet booted, driven and drained in one item (setup and teardown count)
 def test_divided_search(fleet: Fleet) -> None:
     nodes = ["a", "b", "c"]
 

@@ -161,6 +161,9 @@ def _write(fleet: Fleet, via: str, n: int, tag: str) -> None:
             assert r.status_code == 201, r.text
 
 
+@pytest.mark.timeout(
+    300
+)  # a three-node fleet booted, driven and drained in one item (setup and teardown count)
 def test_the_estate_over_time(fleet: Fleet, tmp_path: Path) -> None:
     _write(fleet, "a", 30, "before")
 

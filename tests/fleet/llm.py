@@ -151,7 +151,8 @@ class FleetLLM:
                 ("a2a_ask", {"handle": target, "brief": f"{seat} asks: {text[-120:]}"})
             ), delay
         if seat in self.tool_seats:
-            title = text.strip().splitlines()[-1][:200] if text.strip() else "fleet work"
+            task = text.split("\n## ")[0].strip()  # the task section: memory and knowledge follow it (AG-8)
+            title = task.splitlines()[-1][:200] if task else "fleet work"
             return openai_tools(("create_work_item", {"project": "SUP", "title": title})), delay
         return finish_reply(body, f"answered by {seat}"), delay
 
