@@ -167,6 +167,9 @@ class NodeRun:
     async def connect(self) -> None:
         """Boot steps 2-3: keys, the broker, coordination, secrets, budgets, the router, the object store."""
         ctx, cfg = self.ctx, self.cfg
+        # the turn records open before anything can answer GET /messages: a turn a killed incarnation
+        # left running reads abandoned (queued) from the first answer on, never "running" (CO-8)
+        ctx.extras["turns"] = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
         ctx.extras["keyring"] = Keyring.for_node(cfg)  # CO-40: a fleet node without keys refuses (exit 2)
         ctx.link = await broker.open_broker(cfg)
         ctx.coord = await open_coordination(ctx)
@@ -189,10 +192,9 @@ class NodeRun:
             meta=lambda: presence_meta(ctx),
         )
         await self.presence.start()
-        store = records.TurnStore(cfg.store_dir / "node.db", node=ctx.node_id)
+        store: records.TurnStore = ctx.extras["turns"]  # opened first thing in connect()
         ctx.extras["emit_event"] = lambda ev: emit_event(ctx, ev)  # roles' own events (AG-8 prefetch_summary)
         store.on_finished = lambda result: self.turn_finished(result)  # ES-78, AG-6
-        ctx.extras["turns"] = store
         self.usage = open_usage(ctx)  # ES-69: this node's usage days, published every 15 s
         self.scatter = await open_history(ctx)  # ES-79: this node's share of fleet history reads
         self.membership = await open_membership(ctx)  # FL-148: members answer for the group
