@@ -27,6 +27,7 @@ import httpx
 import nats
 import nats.errors
 
+from shared.estate import DOMAINS as ESTATE_LOGS
 from shared.estate import Call
 from shared.router import decode_answer, encode_call, rpc_subject
 from tests.fleet.harness import Fleet
@@ -35,7 +36,9 @@ from tests.support.procs import TOKEN
 
 __all__ = ["LogHistory", "OwnerMonitor", "copies", "present"]
 
-DOMAINS = ("tracker", "pages")
+DOMAINS: tuple[str, ...] = tuple(ESTATE_LOGS)
+"""Every registered log (tracker, pages, memory, usage, vectors): copies are compared only at one
+position on all of them, since the digest covers every domain's rows."""
 
 
 class OwnerMonitor:

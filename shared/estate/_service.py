@@ -39,7 +39,7 @@ from ._search_answer import search_answer
 from .domains import OPS, ReadOp, WriteOp, reads, writes
 from .log._applier import Applier
 from .log._decide import DecideCtx, Rules
-from .log._ids import GENERATION, Position, mint_op_id, validate_op_id
+from .log._ids import COMPACTED, GENERATION, Position, mint_op_id, validate_op_id
 from .log._log import StateLog
 from .log._writer import Writer
 from .store._store import EstateStore
@@ -482,5 +482,5 @@ class EstateService:
             },
         }
         if call.op == "estate.digest":
-            status["digest"] = await self.store.digest()
+            status["digest"] = await self.store.digest(ledger_skip=frozenset(COMPACTED))
         return status

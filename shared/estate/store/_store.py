@@ -363,8 +363,13 @@ class EstateStore:
 
         return await self.read(q)
 
-    async def digest(self) -> dict[str, Any]:
+    async def digest(self, *, ledger_skip: frozenset[str] = frozenset()) -> dict[str, Any]:
         """Return a digest of every replicated row (ES-1 check: identical copies have equal digests).
+
+        Args:
+            ledger_skip: Logs whose ledger rows are left out: a compacted log's ledger differs between
+                copies by design (a copy that replays after a restart never sees the records later
+                ones superseded), while the rows those records made are identical (AG-1, ES-69).
 
         Returns:
             ``{"sha256": hex, "tables": {name: {"rows": n, "sha256": hex}}}`` over every estate
@@ -381,6 +386,8 @@ class EstateStore:
                 h = hashlib.sha256()
                 n = 0
                 for row in conn.execute(select(table).order_by(*order)):
+                    if name == "statelog_ledger" and row._mapping["domain"] in ledger_skip:
+                        continue
                     h.update(json.dumps(list(row), default=str, ensure_ascii=False).encode() + b"\n")
                     n += 1
                 tables[name] = {"rows": n, "sha256": h.hexdigest()}
