@@ -13,6 +13,7 @@ promised fails (never loops). The seat's acquisition turns a failure into a rele
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -65,10 +66,9 @@ class ScratchCache:
         """Stop following the log (on release); idempotent, never raises."""
         sub, self._sub = self._sub, None
         if sub is not None:
-            try:
+            # an ephemeral consumer left behind expires by itself (inactive_threshold)
+            with contextlib.suppress(Exception):
                 await sub.unsubscribe()
-            except Exception:  # noqa: BLE001 — an ephemeral consumer left behind expires by itself
-                pass
 
     def apply(self, subject: str, seq: int, row: dict[str, Any] | None, at: int = 0) -> None:
         """Apply one record (a put, or None for a tombstone) unless an equal or newer one is held."""
@@ -158,10 +158,8 @@ async def hydrate_scratch(
             if now > deadline:
                 reason = "stalled" if now - moved > 5.0 else "timeout"
                 raise HydrationFailed(reason, f"{got} of {expected[0]} rows in {within:.0f} s")
-            try:
+            with contextlib.suppress(TimeoutError):  # wake at least every 0.5 s to check the deadline
                 await asyncio.wait_for(finished.wait(), timeout=min(0.5, max(0.01, deadline - now)))
-            except TimeoutError:
-                pass
     except BaseException:
         cache._sub = sub
         await cache.close()
